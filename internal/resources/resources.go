@@ -1,0 +1,29 @@
+// Package resources holds the set of Kubernetes and Gateway API objects that snigate reads,
+// whatever their source (YAML files or a Kubernetes API server). It is the input of the
+// translate stage.
+package resources
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// Resources is one consistent view of every object snigate routes from. Sources fill it;
+// translate only reads it.
+type Resources struct {
+	GatewayClasses  []*gwv1.GatewayClass
+	Gateways        []*gwv1.Gateway
+	TLSRoutes       []*gwv1.TLSRoute
+	TCPRoutes       []*gwv1.TCPRoute
+	HTTPRoutes      []*gwv1.HTTPRoute
+	ReferenceGrants []*gwv1.ReferenceGrant
+	Services        []*corev1.Service
+	EndpointSlices  []*discoveryv1.EndpointSlice
+	Secrets         []*corev1.Secret
+	Namespaces      []*corev1.Namespace
+
+	// Origins maps "Kind/namespace/name" to where the object came from ("dir/file.yaml#2"),
+	// so errors can name the file. Empty for objects read from an API server.
+	Origins map[string]string
+}

@@ -1,0 +1,101 @@
+package snapshot
+
+import "crypto/x509"
+
+// Description is a plain, serializable view of a snapshot: what `snigate check` prints, what
+// the admin endpoint returns, and what golden files compare.
+type Description struct {
+	Ports []PortDescription `json:"ports"`
+}
+
+// PortDescription describes one bound socket.
+type PortDescription struct {
+	Address        string                `json:"address"`
+	Protocol       Protocol              `json:"protocol"`
+	MaxConnections int                   `json:"maxConnections,omitempty"`
+	Listeners      []ListenerDescription `json:"listeners"`
+}
+
+// ListenerDescription describes a listener and the hostname that selects it on its port.
+type ListenerDescription struct {
+	Hostname string             `json:"hostname,omitempty"`
+	Name     string             `json:"name"`
+	Mode     Mode               `json:"mode,omitempty"`
+	Certs    []string           `json:"certificates,omitempty"`
+	Routes   []RouteDescription `json:"routes"`
+}
+
+// RouteDescription describes a route reached through one hostname pattern.
+type RouteDescription struct {
+	Hostname string               `json:"hostname,omitempty"`
+	Name     string               `json:"name"`
+	Backends []BackendDescription `json:"backends"`
+}
+
+// BackendDescription describes one weighted backend.
+type BackendDescription struct {
+	Name      string   `json:"name"`
+	Weight    int32    `json:"weight"`
+	Endpoints []string `json:"endpoints,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
+}
+
+// Describe returns the plain view of s in precedence order.
+func (s *Snapshot) Describe() Description {
+	var d Description
+	if s == nil {
+		return d
+	}
+	for _, p := range s.Ports {
+		pd := PortDescription{Address: p.Address, Protocol: p.Protocol, MaxConnections: p.MaxConnections}
+		if p.TCP != nil {
+			pd.Listeners = append(pd.Listeners, describeListener("", p.TCP))
+		}
+		for _, e := range p.Listeners.Entries() {
+			pd.Listeners = append(pd.Listeners, describeListener(e.Pattern, e.Value))
+		}
+		d.Ports = append(d.Ports, pd)
+	}
+	return d
+}
+
+func describeListener(host string, l *Listener) ListenerDescription {
+	ld := ListenerDescription{Hostname: host, Name: l.Name, Mode: l.Mode, Routes: []RouteDescription{}}
+	if l.TLS != nil {
+		for _, c := range l.TLS.Certificates {
+			if c.Leaf != nil {
+				ld.Certs = append(ld.Certs, certName(c.Leaf))
+			}
+		}
+	}
+	if l.Route != nil {
+		ld.Routes = append(ld.Routes, describeRoute("", l.Route))
+	}
+	for _, e := range l.Routes.Entries() {
+		ld.Routes = append(ld.Routes, describeRoute(e.Pattern, e.Value))
+	}
+	return ld
+}
+
+func describeRoute(host string, r *Route) RouteDescription {
+	rd := RouteDescription{Hostname: host, Name: r.Name, Backends: []BackendDescription{}}
+	for _, b := range r.Backends {
+		bd := BackendDescription{Name: b.Name, Weight: b.Weight, Reason: b.Reason}
+		for _, e := range b.Endpoints {
+			bd.Endpoints = append(bd.Endpoints, e.String())
+		}
+		rd.Backends = append(rd.Backends, bd)
+	}
+	return rd
+}
+
+func certName(c *x509.Certificate) string {
+	if len(c.DNSNames) > 0 {
+		n := c.DNSNames[0]
+		for _, x := range c.DNSNames[1:] {
+			n += "," + x
+		}
+		return n
+	}
+	return c.Subject.CommonName
+}

@@ -1,0 +1,159 @@
+package snapshot
+
+import (
+	"sort"
+	"strings"
+)
+
+// HostTable maps hostnames to values with Gateway API precedence: an exact name beats any
+// wildcard, a longer wildcard suffix beats a shorter one, and any wildcard beats the
+// catch-all entry (a listener without hostname). A wildcard "*.example.com" matches one or
+// more labels in front of "example.com" and never "example.com" itself.
+//
+// A HostTable is built with Add and then only read. Its zero value is an empty table.
+type HostTable[T any] struct {
+	exact map[string]T
+	// wild is keyed by the wildcard's suffix including the leading dot: ".example.com".
+	wild   map[string]T
+	any    T
+	hasAny bool
+	// maxWildLabels bounds the suffixes Lookup needs to try; 0 when there is no wildcard.
+	maxWildLabels int
+}
+
+// Add inserts a value for a normalized hostname pattern: "a.example.com", "*.example.com", or
+// "" for the catch-all. It reports false and changes nothing when the pattern is taken: the
+// first value added wins, so callers add in precedence order (oldest route first).
+func (t *HostTable[T]) Add(pattern string, v T) bool {
+	switch {
+	case pattern == "" || pattern == "*":
+		if t.hasAny {
+			return false
+		}
+		t.any, t.hasAny = v, true
+	case strings.HasPrefix(pattern, "*."):
+		if t.wild == nil {
+			t.wild = map[string]T{}
+		}
+		key := pattern[1:]
+		if _, ok := t.wild[key]; ok {
+			return false
+		}
+		t.wild[key] = v
+		if n := strings.Count(key, "."); n > t.maxWildLabels {
+			t.maxWildLabels = n
+		}
+	default:
+		if t.exact == nil {
+			t.exact = map[string]T{}
+		}
+		if _, ok := t.exact[pattern]; ok {
+			return false
+		}
+		t.exact[pattern] = v
+	}
+	return true
+}
+
+// Lookup returns the value for a normalized name (lower-case, no trailing dot). It does not
+// allocate: map lookups keyed by string(b) are compiled without a copy.
+func (t *HostTable[T]) Lookup(name []byte) (T, bool) {
+	if v, ok := t.exact[string(name)]; ok {
+		return v, true
+	}
+	if len(t.wild) > 0 {
+		// Try suffixes from the longest (most specific) to the shortest, starting after the
+		// first label: a wildcard needs at least one label in front of it.
+		dots := 0
+		for _, c := range name {
+			if c == '.' {
+				dots++
+			}
+		}
+		for i, c := range name {
+			if c != '.' {
+				continue
+			}
+			// name[i:] holds `dots` dots; a suffix with more labels than any wildcard
+			// key cannot match, so the map is not consulted for it.
+			if i > 0 && dots <= t.maxWildLabels {
+				if v, ok := t.wild[string(name[i:])]; ok {
+					return v, true
+				}
+			}
+			dots--
+		}
+	}
+	if t.hasAny {
+		return t.any, true
+	}
+	var zero T
+	return zero, false
+}
+
+// Len is the number of entries.
+func (t *HostTable[T]) Len() int {
+	n := len(t.exact) + len(t.wild)
+	if t.hasAny {
+		n++
+	}
+	return n
+}
+
+// Entry is one pattern of a table, for describing it.
+type Entry[T any] struct {
+	Pattern string
+	Value   T
+}
+
+// Entries lists the table in precedence order: exact names sorted, then wildcards from the
+// longest suffix, then the catch-all.
+func (t *HostTable[T]) Entries() []Entry[T] {
+	out := make([]Entry[T], 0, t.Len())
+	for k, v := range t.exact {
+		out = append(out, Entry[T]{k, v})
+	}
+	sortEntries(out, func(a, b string) bool { return a < b })
+	w := make([]Entry[T], 0, len(t.wild))
+	for k, v := range t.wild {
+		w = append(w, Entry[T]{"*" + k, v})
+	}
+	sortEntries(w, func(a, b string) bool {
+		if len(a) != len(b) {
+			return len(a) > len(b)
+		}
+		return a < b
+	})
+	out = append(out, w...)
+	if t.hasAny {
+		out = append(out, Entry[T]{"", t.any})
+	}
+	return out
+}
+
+func sortEntries[T any](e []Entry[T], less func(a, b string) bool) {
+	sort.Slice(e, func(i, j int) bool { return less(e[i].Pattern, e[j].Pattern) })
+}
+
+// NormalizeSNI lower-cases an SNI in place and strips one trailing dot, returning the
+// normalized slice. It reports false for a name that cannot be a DNS hostname (empty, too
+// long, or containing bytes outside letters, digits, '-', '_' and '.'). IDNs arrive as
+// punycode ("xn--..."), which is plain ASCII.
+func NormalizeSNI(b []byte) ([]byte, bool) {
+	if n := len(b); n > 0 && b[n-1] == '.' {
+		b = b[:n-1]
+	}
+	if len(b) == 0 || len(b) > 253 {
+		return nil, false
+	}
+	for i, c := range b {
+		switch {
+		case c >= 'A' && c <= 'Z':
+			b[i] = c + ('a' - 'A')
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
+		default:
+			return nil, false
+		}
+	}
+	return b, true
+}
