@@ -1,0 +1,71 @@
+// Package admin serves snigate's operator endpoints on a separate listener (loopback by
+// default): /metrics (Prometheus), /healthz (the process is alive), /readyz (a configuration
+// is being served) and /status (the current status of every object and the routing table, as
+// JSON).
+//
+//	srv := admin.New(m, stateFunc)
+//	go srv.Serve(ln)
+package admin
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/snigate/snigate/internal/metrics"
+)
+
+// State is what /status returns and /readyz looks at.
+type State struct {
+	// Ready is true once a configuration has been applied.
+	Ready bool `json:"ready"`
+	// Generation is the generation of the serving snapshot.
+	Generation uint64 `json:"generation"`
+	// LastError is the error of the latest rejected configuration load, if it came after the
+	// last applied one.
+	LastError string `json:"lastError,omitempty"`
+	// Status and Table are the translate stage's status and the snapshot description.
+	Status any `json:"status,omitempty"`
+	Table  any `json:"table,omitempty"`
+}
+
+// Server is the admin HTTP server.
+type Server struct {
+	http *http.Server
+}
+
+// New builds the server; state is called on every /status and /readyz request.
+func New(m *metrics.Metrics, state func() State) *Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !state().Ready {
+			http.Error(w, "no configuration applied yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(state())
+	})
+	return &Server{http: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+}
+
+// Serve serves on ln until Close.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.http.Serve(ln)
+	if err == http.ErrServerClosed {
+		return nil
+	}
+	return err
+}
+
+// Close stops the server.
+func (s *Server) Close() error { return s.http.Close() }

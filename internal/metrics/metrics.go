@@ -1,0 +1,96 @@
+// Package metrics defines snigate's Prometheus metrics in one registry, so the proxy records
+// and the admin server exposes the same collectors.
+//
+//	m := metrics.New()
+//	m.Rejected.WithLabelValues("no_sni").Inc()
+//	http.Handle("/metrics", m.Handler())
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds every collector snigate exports.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// Connections counts finished connections by bind address, listener, route, negotiation
+	// (tls, postgres, postgres-direct, tcp) and outcome (ok, or a reject reason).
+	Connections *prometheus.CounterVec
+	// Rejected counts connections closed without a byte sent back, by reason.
+	Rejected *prometheus.CounterVec
+	// Active is the number of open connections per bind address.
+	Active *prometheus.GaugeVec
+	// Bytes counts proxied bytes by route and direction (client_to_backend, backend_to_client).
+	Bytes *prometheus.CounterVec
+	// HelloSeconds is how long the ClientHello (and any PostgreSQL preamble) took to arrive.
+	HelloSeconds prometheus.Histogram
+	// DialSeconds is how long connecting to a backend took, by outcome.
+	DialSeconds *prometheus.HistogramVec
+	// Reloads counts configuration loads by result (applied, rejected).
+	Reloads *prometheus.CounterVec
+	// Generation is the generation of the snapshot being served.
+	Generation prometheus.Gauge
+	// Routes is the number of route hostnames in the serving snapshot.
+	Routes prometheus.Gauge
+}
+
+// New creates the collectors and registers them, with the Go and process collectors, in a
+// fresh registry.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		Connections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snigate_connections_total",
+			Help: "Finished connections by bind address, listener, route, negotiation and outcome.",
+		}, []string{"address", "listener", "route", "negotiation", "outcome"}),
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snigate_rejected_connections_total",
+			Help: "Connections closed without sending a byte, by reason.",
+		}, []string{"reason"}),
+		Active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snigate_active_connections",
+			Help: "Open connections per bind address.",
+		}, []string{"address"}),
+		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snigate_bytes_total",
+			Help: "Proxied bytes by route and direction.",
+		}, []string{"route", "direction"}),
+		HelloSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "snigate_client_hello_seconds",
+			Help:    "Time from accept until the ClientHello was complete.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		DialSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "snigate_backend_dial_seconds",
+			Help:    "Time to connect to a backend endpoint, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"outcome"}),
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snigate_config_loads_total",
+			Help: "Configuration loads by result (applied or rejected).",
+		}, []string{"result"}),
+		Generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "snigate_config_generation",
+			Help: "Generation of the routing snapshot being served.",
+		}),
+		Routes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "snigate_route_hostnames",
+			Help: "Route hostnames in the serving snapshot, over all listeners.",
+		}),
+	}
+	r.MustRegister(m.Connections, m.Rejected, m.Active, m.Bytes, m.HelloSeconds, m.DialSeconds,
+		m.Reloads, m.Generation, m.Routes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}

@@ -1,0 +1,138 @@
+package snapshot
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+)
+
+func TestHostTablePrecedence(t *testing.T) {
+	var tb HostTable[string]
+	for _, p := range []string{"a.example.com", "*.example.com", "*.b.example.com", "*.com", ""} {
+		if !tb.Add(p, p) {
+			t.Fatalf("Add(%q) refused", p)
+		}
+	}
+	if tb.Add("*.example.com", "second") {
+		t.Fatal("a second value for a taken pattern must be refused: the first (oldest) wins")
+	}
+	cases := map[string]string{
+		"a.example.com":      "a.example.com",   // exact beats every wildcard
+		"x.example.com":      "*.example.com",   // wildcard
+		"x.y.example.com":    "*.example.com",   // a wildcard matches several labels
+		"x.b.example.com":    "*.b.example.com", // longer suffix beats shorter
+		"b.example.com":      "*.example.com",   // *.b.example.com never matches its bare domain
+		"example.com":        "*.com",           // *.example.com never matches the bare domain
+		"com":                "",                // only the catch-all is left
+		"other.org":          "",
+		"deep.a.example.com": "*.example.com",
+	}
+	for name, want := range cases {
+		got, ok := tb.Lookup([]byte(name))
+		if !ok || got != want {
+			t.Errorf("Lookup(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+}
+
+func TestHostTableNoCatchAll(t *testing.T) {
+	var tb HostTable[int]
+	tb.Add("*.example.com", 1)
+	for _, name := range []string{"example.com", "xexample.com", ".example.com", "com", ""} {
+		if v, ok := tb.Lookup([]byte(name)); ok {
+			t.Errorf("Lookup(%q) = %d, want no match", name, v)
+		}
+	}
+	if v, ok := tb.Lookup([]byte("a.example.com")); !ok || v != 1 {
+		t.Errorf("Lookup(a.example.com) = %d, %v", v, ok)
+	}
+}
+
+func TestNormalizeSNI(t *testing.T) {
+	cases := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"A.Example.COM", "a.example.com", true},
+		{"a.example.com.", "a.example.com", true},
+		{"xn--bcher-kva.example", "xn--bcher-kva.example", true},
+		{"", "", false},
+		{".", "", false},
+		{"a b", "", false},
+		{"a\x00b", "", false},
+		{"ä.example", "", false}, // IDNs arrive as punycode; raw UTF-8 is not a host name
+	}
+	for _, c := range cases {
+		got, ok := NormalizeSNI([]byte(c.in))
+		if ok != c.ok || (ok && string(got) != c.want) {
+			t.Errorf("NormalizeSNI(%q) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestRoutePick(t *testing.T) {
+	r := NewRoute("r", []Backend{
+		{Name: "a", Weight: 90, Endpoints: nil, Reason: "BackendNotFound"},
+		{Name: "zero", Weight: 0, Reason: ""},
+		{Name: "b", Weight: 10, Endpoints: endpoints("127.0.0.1:1")},
+	})
+	if r.TotalWeight != 100 {
+		t.Fatalf("TotalWeight = %d", r.TotalWeight)
+	}
+	for n := int64(0); n < 100; n++ {
+		b := r.Pick(n)
+		if n < 90 && b != nil {
+			t.Fatalf("Pick(%d) = %s; the invalid backend's share must be rejected", n, b.Name)
+		}
+		if n >= 90 && (b == nil || b.Name != "b") {
+			t.Fatalf("Pick(%d) = %v, want b", n, b)
+		}
+	}
+}
+
+func BenchmarkLookup(b *testing.B) {
+	for _, size := range []int{1, 100_000} {
+		var tb HostTable[*Route]
+		r := &Route{Name: "r"}
+		for i := 0; i < size; i++ {
+			tb.Add(fmt.Sprintf("host-%d.example.com", i), r)
+		}
+		tb.Add("*.wild.example.com", r)
+		exact := []byte(fmt.Sprintf("host-%d.example.com", size-1))
+		wild := []byte("a.b.wild.example.com")
+		b.Run(fmt.Sprintf("exact/%d", size), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := tb.Lookup(exact); !ok {
+					b.Fatal("miss")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("wildcard/%d", size), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := tb.Lookup(wild); !ok {
+					b.Fatal("miss")
+				}
+			}
+		})
+	}
+}
+
+func TestLookupDoesNotAllocate(t *testing.T) {
+	var tb HostTable[int]
+	tb.Add("a.example.com", 1)
+	tb.Add("*.example.com", 2)
+	name := []byte("x.y.example.com")
+	if n := testing.AllocsPerRun(100, func() { tb.Lookup(name) }); n != 0 {
+		t.Fatalf("Lookup allocates %v times", n)
+	}
+}
+
+func endpoints(s ...string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, x := range s {
+		out = append(out, netip.MustParseAddrPort(x))
+	}
+	return out
+}
