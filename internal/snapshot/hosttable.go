@@ -135,25 +135,31 @@ func sortEntries[T any](e []Entry[T], less func(a, b string) bool) {
 	sort.Slice(e, func(i, j int) bool { return less(e[i].Pattern, e[j].Pattern) })
 }
 
-// NormalizeSNI lower-cases an SNI in place and strips one trailing dot, returning the
-// normalized slice. It reports false for a name that cannot be a DNS hostname (empty, too
-// long, or containing bytes outside letters, digits, '-', '_' and '.'). IDNs arrive as
-// punycode ("xn--..."), which is plain ASCII.
-func NormalizeSNI(b []byte) ([]byte, bool) {
-	if n := len(b); n > 0 && b[n-1] == '.' {
-		b = b[:n-1]
+// MaxHostnameLen is the longest DNS name NormalizeSNI accepts.
+const MaxHostnameLen = 253
+
+// NormalizeSNI writes the lower-cased SNI, without one trailing dot, into dst (which needs
+// room for MaxHostnameLen bytes) and returns it. The input is never modified: it is part of
+// the ClientHello that is forwarded byte for byte. It reports false for a name that cannot
+// be a DNS hostname (empty, too long, or bytes outside letters, digits, '-', '_' and '.').
+// IDNs arrive as punycode ("xn--..."), which is plain ASCII.
+func NormalizeSNI(dst, sni []byte) ([]byte, bool) {
+	if n := len(sni); n > 0 && sni[n-1] == '.' {
+		sni = sni[:n-1]
 	}
-	if len(b) == 0 || len(b) > 253 {
+	if len(sni) == 0 || len(sni) > MaxHostnameLen || len(dst) < len(sni) {
 		return nil, false
 	}
-	for i, c := range b {
+	dst = dst[:len(sni)]
+	for i, c := range sni {
 		switch {
 		case c >= 'A' && c <= 'Z':
-			b[i] = c + ('a' - 'A')
+			dst[i] = c + ('a' - 'A')
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
+			dst[i] = c
 		default:
 			return nil, false
 		}
 	}
-	return b, true
+	return dst, true
 }

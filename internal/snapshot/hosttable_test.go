@@ -63,7 +63,12 @@ func TestNormalizeSNI(t *testing.T) {
 		{"ä.example", "", false}, // IDNs arrive as punycode; raw UTF-8 is not a host name
 	}
 	for _, c := range cases {
-		got, ok := NormalizeSNI([]byte(c.in))
+		in := []byte(c.in)
+		var buf [MaxHostnameLen]byte
+		got, ok := NormalizeSNI(buf[:], in)
+		if string(in) != c.in {
+			t.Errorf("NormalizeSNI modified its input %q", c.in)
+		}
 		if ok != c.ok || (ok && string(got) != c.want) {
 			t.Errorf("NormalizeSNI(%q) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
 		}
