@@ -4,6 +4,8 @@
 package resources
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -26,4 +28,34 @@ type Resources struct {
 	// Origins maps "Kind/namespace/name" to where the object came from ("dir/file.yaml#2"),
 	// so errors can name the file. Empty for objects read from an API server.
 	Origins map[string]string
+}
+
+// OriginKey is the key of Origins for an object: "Kind/namespace/name", with an empty
+// namespace for cluster-scoped kinds ("GatewayClass//snigate").
+func OriginKey(kind, namespace, name string) string {
+	return kind + "/" + namespace + "/" + name
+}
+
+// Origin returns where an object came from ("dir/file.yaml#2"), or "" when unknown.
+func (r *Resources) Origin(kind, namespace, name string) string {
+	if r == nil {
+		return ""
+	}
+	return r.Origins[OriginKey(kind, namespace, name)]
+}
+
+// DescribeOrigin turns an Origins value ("dir/file.yaml#2", "dir/file.yaml#2/items[0]") into
+// the prefix errors use: "dir/file.yaml: document 2" ("dir/file.yaml: document 2, items[0]").
+func DescribeOrigin(origin string) string {
+	i := strings.LastIndexByte(origin, '#')
+	if i < 0 {
+		return origin
+	}
+	file, doc := origin[:i], origin[i+1:]
+	doc, item, _ := strings.Cut(doc, "/")
+	s := file + ": document " + doc
+	if item != "" {
+		s += ", " + item
+	}
+	return s
 }

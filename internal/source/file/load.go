@@ -1,0 +1,433 @@
+// Package file reads snigate's input from YAML (or JSON) files: the same Gateway API and core
+// objects a user would apply to a Kubernetes cluster, decoded strictly into the official Go
+// types.
+//
+//	res, err := file.Load("examples/quickstart/")
+//	if err != nil { /* names file, document, object and field */ }
+//	result := translate.Translate(res, translate.Options{})
+//
+// What Load accepts:
+//   - Each path is a file or a folder. A folder contributes every *.yaml, *.yml and *.json file
+//     directly inside it (not in sub-folders), in lexical order; names starting with "." are
+//     skipped (editor swap files, .git).
+//   - A file holds one or more YAML documents separated by "---" lines; JSON is YAML. Documents
+//     that are empty or only comments are skipped. A "v1 List" document contributes its items.
+//   - Kinds: gateway.networking.k8s.io/v1 GatewayClass, Gateway, TLSRoute, TCPRoute, HTTPRoute,
+//     ReferenceGrant (v1beta1 too); v1 Service, Secret, Namespace; discovery.k8s.io/v1
+//     EndpointSlice.
+//
+// Decoding is strict, like the API server: unknown fields, duplicate keys, unknown kinds and
+// two objects with the same kind, namespace and name are errors. Load applies the defaults the
+// API server would: metadata.namespace "default" for namespaced kinds, metadata.generation 1,
+// and a Secret's stringData merged into data. It validates nothing else; translate does.
+//
+// Errors name the file, the 1-based index of the document in it (counting every "---"
+// separated document, empty ones included), the object when known, and the field:
+// `dir/db.yaml: document 2 (TLSRoute default/db): ...`. Resources.Origins records
+// "dir/db.yaml#2" ("#2/items[0]" inside a List) for translate's errors.
+// Load reports every error it finds, joined with errors.Join.
+package file
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/snigate/snigate/internal/resources"
+)
+
+const (
+	groupGateway   = "gateway.networking.k8s.io"
+	groupDiscovery = "discovery.k8s.io"
+)
+
+// Load reads every object in paths (files or folders) into one Resources.
+func Load(paths ...string) (*resources.Resources, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("no input files given")
+	}
+	l := &loader{
+		res:  &resources.Resources{Origins: map[string]string{}},
+		seen: map[string]string{},
+	}
+	for _, p := range paths {
+		files, err := expand(p)
+		if err != nil {
+			l.errs = append(l.errs, err)
+			continue
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				l.errs = append(l.errs, err)
+				continue
+			}
+			l.file(f, data)
+		}
+	}
+	if len(l.errs) > 0 {
+		return nil, errors.Join(l.errs...)
+	}
+	return l.res, nil
+}
+
+// Decode reads the objects of one file's content; name is used in errors and Origins. It is
+// Load without the file system, for tests and for input read from elsewhere.
+func Decode(name string, data []byte) (*resources.Resources, error) {
+	l := &loader{
+		res:  &resources.Resources{Origins: map[string]string{}},
+		seen: map[string]string{},
+	}
+	l.file(name, data)
+	if len(l.errs) > 0 {
+		return nil, errors.Join(l.errs...)
+	}
+	return l.res, nil
+}
+
+// expand turns a path into the list of files to read.
+func expand(p string) ([]string, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return []string{p}, nil
+	}
+	entries, err := os.ReadDir(p) // sorted by name
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || e.IsDir() {
+			continue
+		}
+		switch strings.ToLower(filepath.Ext(name)) {
+		case ".yaml", ".yml", ".json":
+			out = append(out, filepath.Join(p, name))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no *.yaml, *.yml or *.json files in folder", p)
+	}
+	return out, nil
+}
+
+type loader struct {
+	res  *resources.Resources
+	seen map[string]string // origin key -> where it was first defined
+	errs []error
+}
+
+// where names a document for error messages: "file: document 2".
+type where struct {
+	file string
+	doc  int
+	item int // index in a List document, -1 otherwise
+}
+
+func (w where) String() string { return resources.DescribeOrigin(w.origin()) }
+
+func (w where) origin() string {
+	s := w.file + "#" + strconv.Itoa(w.doc)
+	if w.item >= 0 {
+		s += "/items[" + strconv.Itoa(w.item) + "]"
+	}
+	return s
+}
+
+func (l *loader) fail(w where, obj string, format string, args ...any) {
+	prefix := w.String()
+	if obj != "" {
+		prefix += " (" + obj + ")"
+	}
+	l.errs = append(l.errs, fmt.Errorf("%s: %s", prefix, fmt.Sprintf(format, args...)))
+}
+
+func (l *loader) file(name string, data []byte) {
+	for i, doc := range splitDocuments(data) {
+		l.document(where{file: name, doc: i + 1, item: -1}, doc)
+	}
+}
+
+// document is one YAML document of a file and the file line it starts on.
+type document struct {
+	data []byte
+	line int
+}
+
+// splitDocuments splits a YAML stream at "---" separator lines. Text before the first
+// separator counts as a document only when it holds more than blank lines and comments, so a
+// file starting with "---" (or a comment and "---") begins with document 1.
+func splitDocuments(data []byte) []document {
+	var docs []document
+	cur := document{line: 1}
+	started := false
+	lineNo := 0
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i+1], data[i+1:]
+		} else {
+			data = nil
+		}
+		lineNo++
+		if isSeparator(bytes.TrimRight(line, "\r\n")) {
+			if started || hasContent(cur.data) {
+				docs = append(docs, cur)
+			}
+			cur, started = document{line: lineNo + 1}, true
+			continue
+		}
+		cur.data = append(cur.data, line...)
+	}
+	if started || hasContent(cur.data) {
+		docs = append(docs, cur)
+	}
+	return docs
+}
+
+// hasContent reports whether a chunk of YAML has a line that is neither blank nor a comment.
+func hasContent(b []byte) bool {
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		line = bytes.TrimSpace(line)
+		if len(line) > 0 && line[0] != '#' {
+			return true
+		}
+	}
+	return false
+}
+
+func isSeparator(line []byte) bool {
+	if !bytes.HasPrefix(line, []byte("---")) {
+		return false
+	}
+	rest := line[3:]
+	return len(rest) == 0 || rest[0] == ' ' || rest[0] == '\t'
+}
+
+var yamlLineRE = regexp.MustCompile(`\bline (\d+)`)
+
+// header is the part of every object needed to pick its type.
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+}
+
+func (l *loader) document(w where, doc document) {
+	js, err := yaml.YAMLToJSONStrict(doc.data)
+	if err != nil {
+		// The YAML parser counts lines from the document's start; show file lines.
+		msg := yamlLineRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
+			n, _ := strconv.Atoi(yamlLineRE.FindStringSubmatch(m)[1])
+			return "line " + strconv.Itoa(n+doc.line-1)
+		})
+		l.fail(w, "", "invalid YAML: %s", msg)
+		return
+	}
+	js = bytes.TrimSpace(js)
+	if len(js) == 0 || bytes.Equal(js, []byte("null")) {
+		return // empty or comment-only document
+	}
+	l.object(w, js)
+}
+
+func (l *loader) object(w where, js []byte) {
+	if js[0] != '{' {
+		l.fail(w, "", "not an object")
+		return
+	}
+	var h header
+	if err := json.Unmarshal(js, &h); err != nil {
+		l.fail(w, "", "%v", err)
+		return
+	}
+	if h.APIVersion == "" || h.Kind == "" {
+		l.fail(w, "", "apiVersion and kind are required")
+		return
+	}
+	if h.APIVersion == "v1" && h.Kind == "List" {
+		if w.item >= 0 {
+			l.fail(w, "", "nested List")
+			return
+		}
+		var list struct {
+			APIVersion string            `json:"apiVersion"`
+			Kind       string            `json:"kind"`
+			Metadata   json.RawMessage   `json:"metadata,omitempty"`
+			Items      []json.RawMessage `json:"items"`
+		}
+		if strict, err := kjson.UnmarshalStrict(js, &list); err != nil || len(strict) > 0 {
+			l.fail(w, "List", "%v", errors.Join(append(strict, err)...))
+			return
+		}
+		for i, it := range list.Items {
+			iw := w
+			iw.item = i
+			l.object(iw, bytes.TrimSpace(it))
+		}
+		return
+	}
+
+	obj, namespaced, err := newObject(h.APIVersion, h.Kind)
+	if err != nil {
+		l.fail(w, "", "%v", err)
+		return
+	}
+	id := describe(h.Kind, namespaced, h.Metadata.Namespace, h.Metadata.Name)
+	strict, err := kjson.UnmarshalStrict(js, obj)
+	if err != nil {
+		l.fail(w, id, "%v", err)
+		return
+	}
+	if len(strict) > 0 {
+		for _, e := range strict {
+			l.fail(w, id, "%v", e)
+		}
+		return
+	}
+
+	m := obj.(metav1.Object)
+	if m.GetName() == "" {
+		l.fail(w, id, "metadata.name: required")
+		return
+	}
+	if namespaced {
+		if m.GetNamespace() == "" {
+			m.SetNamespace(metav1.NamespaceDefault)
+		}
+	} else {
+		// The API server ignores a namespace on cluster-scoped objects.
+		m.SetNamespace("")
+	}
+	if m.GetGeneration() == 0 {
+		m.SetGeneration(1)
+	}
+	id = describe(h.Kind, namespaced, m.GetNamespace(), m.GetName())
+
+	key := resources.OriginKey(h.Kind, m.GetNamespace(), m.GetName())
+	if prev, dup := l.seen[key]; dup {
+		l.fail(w, id, "duplicate object: already defined at %s", prev)
+		return
+	}
+	l.seen[key] = w.String()
+	l.res.Origins[key] = w.origin()
+
+	switch o := obj.(type) {
+	case *gwv1.GatewayClass:
+		l.res.GatewayClasses = append(l.res.GatewayClasses, o)
+	case *gwv1.Gateway:
+		l.res.Gateways = append(l.res.Gateways, o)
+	case *gwv1.TLSRoute:
+		l.res.TLSRoutes = append(l.res.TLSRoutes, o)
+	case *gwv1.TCPRoute:
+		l.res.TCPRoutes = append(l.res.TCPRoutes, o)
+	case *gwv1.HTTPRoute:
+		l.res.HTTPRoutes = append(l.res.HTTPRoutes, o)
+	case *gwv1.ReferenceGrant:
+		l.res.ReferenceGrants = append(l.res.ReferenceGrants, o)
+	case *corev1.Service:
+		l.res.Services = append(l.res.Services, o)
+	case *corev1.Secret:
+		mergeStringData(o)
+		l.res.Secrets = append(l.res.Secrets, o)
+	case *corev1.Namespace:
+		l.res.Namespaces = append(l.res.Namespaces, o)
+	case *discoveryv1.EndpointSlice:
+		l.res.EndpointSlices = append(l.res.EndpointSlices, o)
+	}
+}
+
+func describe(kind string, namespaced bool, ns, name string) string {
+	if name == "" {
+		return kind
+	}
+	if !namespaced {
+		return kind + " " + name
+	}
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	return kind + " " + ns + "/" + name
+}
+
+// newObject returns an empty object of the given type and whether the kind is namespaced.
+func newObject(apiVersion, kind string) (any, bool, error) {
+	group, version, _ := strings.Cut(apiVersion, "/")
+	if version == "" { // core group: "v1"
+		group, version = "", group
+	}
+	switch group {
+	case groupGateway:
+		switch {
+		case kind == "ReferenceGrant" && (version == "v1" || version == "v1beta1"):
+			// v1beta1.ReferenceGrant is defined as the v1 type: same schema.
+			return &gwv1.ReferenceGrant{}, true, nil
+		case version != "v1":
+			return nil, false, fmt.Errorf("apiVersion %s: unsupported version for %s, use %s/v1", apiVersion, kind, groupGateway)
+		}
+		switch kind {
+		case "GatewayClass":
+			return &gwv1.GatewayClass{}, false, nil
+		case "Gateway":
+			return &gwv1.Gateway{}, true, nil
+		case "TLSRoute":
+			return &gwv1.TLSRoute{}, true, nil
+		case "TCPRoute":
+			return &gwv1.TCPRoute{}, true, nil
+		case "HTTPRoute":
+			return &gwv1.HTTPRoute{}, true, nil
+		}
+	case "":
+		if version != "v1" {
+			break
+		}
+		switch kind {
+		case "Service":
+			return &corev1.Service{}, true, nil
+		case "Secret":
+			return &corev1.Secret{}, true, nil
+		case "Namespace":
+			return &corev1.Namespace{}, false, nil
+		}
+	case groupDiscovery:
+		if version == "v1" && kind == "EndpointSlice" {
+			return &discoveryv1.EndpointSlice{}, true, nil
+		}
+	}
+	return nil, false, fmt.Errorf("unsupported kind %s %s (snigate reads GatewayClass, Gateway, TLSRoute, TCPRoute, HTTPRoute, ReferenceGrant, Service, Secret, Namespace, EndpointSlice)", apiVersion, kind)
+}
+
+// mergeStringData folds stringData into data the way the API server does on write:
+// stringData wins for keys present in both.
+func mergeStringData(s *corev1.Secret) {
+	if len(s.StringData) == 0 {
+		return
+	}
+	if s.Data == nil {
+		s.Data = make(map[string][]byte, len(s.StringData))
+	}
+	for k, v := range s.StringData {
+		s.Data[k] = []byte(v)
+	}
+	s.StringData = nil
+}

@@ -1,0 +1,112 @@
+package translate
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/source/file"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.out.yaml from the current output")
+
+var fixedNow = metav1.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+func testOptions() Options {
+	return Options{Now: func() metav1.Time { return fixedNow }, Generation: 1}
+}
+
+// golden is what a *.out.yaml holds: the snapshot as snapshot.Describe shows it and the
+// status of every object, or the errors that rejected the input.
+type golden struct {
+	Errors   []string              `json:"errors,omitempty"`
+	Snapshot *snapshot.Description `json:"snapshot,omitempty"`
+	Status   *Status               `json:"status,omitempty"`
+}
+
+func render(t *testing.T, r *Result) string {
+	t.Helper()
+	g := golden{Status: r.Status}
+	if r.Snapshot != nil {
+		d := r.Snapshot.Describe()
+		g.Snapshot = &d
+	}
+	for _, e := range r.Errors {
+		g.Errors = append(g.Errors, e.Error())
+	}
+	out, err := yaml.Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// TestGolden translates every testdata/*.in.yaml and compares with *.out.yaml.
+// go test ./internal/translate -update rewrites the goldens; review the diff by hand.
+func TestGolden(t *testing.T) {
+	ins, err := filepath.Glob("testdata/*.in.yaml")
+	if err != nil || len(ins) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	for _, in := range ins {
+		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
+		t.Run(name, func(t *testing.T) {
+			res, err := file.Load(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := render(t, Translate(res, testOptions()))
+
+			// The output must not depend on the order of the input.
+			if again := render(t, Translate(reversed(res), testOptions())); again != got {
+				t.Errorf("output depends on input order:\n%s", cmp.Diff(got, again))
+			}
+
+			out := strings.TrimSuffix(in, ".in.yaml") + ".out.yaml"
+			if *update {
+				if err := os.WriteFile(out, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/translate -update)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("%s differs (-want +got); if intended, run go test ./internal/translate -update:\n%s", out, diff)
+			}
+		})
+	}
+}
+
+func reversed(in *resources.Resources) *resources.Resources {
+	r := *in
+	r.GatewayClasses = rev(in.GatewayClasses)
+	r.Gateways = rev(in.Gateways)
+	r.TLSRoutes = rev(in.TLSRoutes)
+	r.TCPRoutes = rev(in.TCPRoutes)
+	r.HTTPRoutes = rev(in.HTTPRoutes)
+	r.ReferenceGrants = rev(in.ReferenceGrants)
+	r.Services = rev(in.Services)
+	r.EndpointSlices = rev(in.EndpointSlices)
+	r.Secrets = rev(in.Secrets)
+	r.Namespaces = rev(in.Namespaces)
+	return &r
+}
+
+func rev[T any](s []T) []T {
+	s = slices.Clone(s)
+	slices.Reverse(s)
+	return s
+}

@@ -1,0 +1,237 @@
+package translate
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/snapshot"
+)
+
+// Problems lists, one line each, everything a user should fix: the input errors, and every
+// status condition that says something does not work (Accepted, ResolvedRefs or Programmed
+// False, Conflicted True). `snigate check` exits non-zero when it is not empty.
+func (r *Result) Problems() []string {
+	var out []string
+	for _, e := range r.Errors {
+		out = append(out, e.Error())
+	}
+	s := r.Status
+	if s == nil {
+		return out
+	}
+	add := func(obj string, conds []metav1.Condition) {
+		for _, c := range conds {
+			if bad(c) {
+				out = append(out, fmt.Sprintf("%s: %s=%s (%s): %s", obj, c.Type, c.Status, c.Reason, c.Message))
+			}
+		}
+	}
+	for _, c := range s.GatewayClasses {
+		add("GatewayClass "+c.Name, c.Status.Conditions)
+	}
+	for _, g := range s.Gateways {
+		obj := "Gateway " + g.Namespace + "/" + g.Name
+		add(obj, g.Status.Conditions)
+		for _, l := range g.Status.Listeners {
+			add(obj+" listener "+string(l.Name), l.Conditions)
+		}
+	}
+	routes := func(kind, ns, name string, parents []gwv1.RouteParentStatus) {
+		for _, p := range parents {
+			add(fmt.Sprintf("%s %s/%s parent %s", kind, ns, name, parentName(ns, p.ParentRef)), p.Conditions)
+		}
+	}
+	for _, rt := range s.TLSRoutes {
+		routes(kindTLSRoute, rt.Namespace, rt.Name, rt.Status.Parents)
+	}
+	for _, rt := range s.TCPRoutes {
+		routes(kindTCPRoute, rt.Namespace, rt.Name, rt.Status.Parents)
+	}
+	return out
+}
+
+func bad(c metav1.Condition) bool {
+	if c.Type == string(gwv1.ListenerConditionConflicted) {
+		return c.Status == metav1.ConditionTrue
+	}
+	return c.Status != metav1.ConditionTrue
+}
+
+func parentName(routeNS string, ref gwv1.ParentReference) string {
+	ns := routeNS
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = string(*ref.Namespace)
+	}
+	s := "Gateway " + ns + "/" + string(ref.Name)
+	if ref.SectionName != nil {
+		s += " sectionName=" + string(*ref.SectionName)
+	}
+	if ref.Port != nil {
+		s += fmt.Sprintf(" port=%d", *ref.Port)
+	}
+	return s
+}
+
+// WriteReport prints what `snigate check` shows: every Gateway with its listeners, every
+// route with its parents, with their conditions and reasons as the Gateway API defines them
+// (messages for the conditions that report a problem), then the effective table
+// port -> listener -> SNI -> route -> backends. in is the input r was translated from.
+func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
+	w := bufio.NewWriter(out)
+	if len(r.Errors) > 0 {
+		fmt.Fprintf(w, "INVALID INPUT: the configuration is rejected (%d errors)\n", len(r.Errors))
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "  %v\n", e)
+		}
+		return w.Flush()
+	}
+	s := r.Status
+	specs := map[nsName]*gwv1.Gateway{}
+	for _, g := range in.Gateways {
+		specs[nsName{g.Namespace, g.Name}] = g
+	}
+
+	for _, c := range s.GatewayClasses {
+		fmt.Fprintf(w, "GatewayClass %s\n", c.Name)
+		writeConditions(w, "  ", c.Status.Conditions)
+	}
+	for _, g := range s.Gateways {
+		var addrs []string
+		for _, a := range g.Status.Addresses {
+			addrs = append(addrs, a.Value)
+		}
+		fmt.Fprintf(w, "\nGateway %s/%s", g.Namespace, g.Name)
+		if len(addrs) > 0 {
+			fmt.Fprintf(w, "  addresses: %s", strings.Join(addrs, ", "))
+		}
+		fmt.Fprintln(w)
+		writeConditions(w, "  ", g.Status.Conditions)
+		spec := specs[nsName{g.Namespace, g.Name}]
+		for _, l := range g.Status.Listeners {
+			fmt.Fprintf(w, "  listener %s", l.Name)
+			if ls := listenerSpec(spec, l.Name); ls != nil {
+				fmt.Fprintf(w, "  %s %d", ls.Protocol, ls.Port)
+				if ls.Hostname != nil {
+					fmt.Fprintf(w, " %s", *ls.Hostname)
+				}
+				if ls.TLS != nil && ls.TLS.Mode != nil && ls.Protocol == gwv1.TLSProtocolType {
+					fmt.Fprintf(w, " %s", *ls.TLS.Mode)
+				}
+			}
+			var kinds []string
+			for _, k := range l.SupportedKinds {
+				kinds = append(kinds, string(k.Kind))
+			}
+			fmt.Fprintf(w, "  attachedRoutes=%d supportedKinds=[%s]\n", l.AttachedRoutes, strings.Join(kinds, ","))
+			writeConditions(w, "    ", l.Conditions)
+		}
+	}
+	writeRoutes := func(kind, ns, name string, parents []gwv1.RouteParentStatus) {
+		fmt.Fprintf(w, "\n%s %s/%s\n", kind, ns, name)
+		for _, p := range parents {
+			fmt.Fprintf(w, "  parent %s\n", parentName(ns, p.ParentRef))
+			writeConditions(w, "    ", p.Conditions)
+		}
+	}
+	for _, rt := range s.TLSRoutes {
+		writeRoutes(kindTLSRoute, rt.Namespace, rt.Name, rt.Status.Parents)
+	}
+	for _, rt := range s.TCPRoutes {
+		writeRoutes(kindTCPRoute, rt.Namespace, rt.Name, rt.Status.Parents)
+	}
+	var orphans []string
+	for _, rt := range in.TLSRoutes {
+		if s.TLSRoute(rt.Namespace, rt.Name) == nil {
+			orphans = append(orphans, kindTLSRoute+" "+rt.Namespace+"/"+rt.Name)
+		}
+	}
+	for _, rt := range in.TCPRoutes {
+		if s.TCPRoute(rt.Namespace, rt.Name) == nil {
+			orphans = append(orphans, kindTCPRoute+" "+rt.Namespace+"/"+rt.Name)
+		}
+	}
+	if len(orphans) > 0 {
+		fmt.Fprintf(w, "\nRoutes with no parentRef to a Gateway of this controller (no status written):\n")
+		for _, o := range orphans {
+			fmt.Fprintf(w, "  %s\n", o)
+		}
+	}
+
+	fmt.Fprintf(w, "\nRouting table (port -> listener -> SNI -> route -> backends):\n")
+	d := r.Snapshot.Describe()
+	if len(d.Ports) == 0 {
+		fmt.Fprintf(w, "  (nothing is served)\n")
+	}
+	for _, p := range d.Ports {
+		fmt.Fprintf(w, "  %s %s", p.Address, p.Protocol)
+		if p.MaxConnections > 0 {
+			fmt.Fprintf(w, " maxConnections=%d", p.MaxConnections)
+		}
+		fmt.Fprintln(w)
+		for _, l := range p.Listeners {
+			host := l.Hostname
+			if host == "" && p.Protocol == snapshot.ProtocolTLS {
+				host = "(any SNI)"
+			}
+			fmt.Fprintf(w, "    %s listener %s", host, l.Name)
+			if l.Mode != "" {
+				fmt.Fprintf(w, " %s", l.Mode)
+			}
+			if len(l.Certs) > 0 {
+				fmt.Fprintf(w, " certificates=[%s]", strings.Join(l.Certs, "; "))
+			}
+			fmt.Fprintln(w)
+			if len(l.Routes) == 0 {
+				fmt.Fprintf(w, "      (no route: connections are closed)\n")
+			}
+			for _, rt := range l.Routes {
+				if rt.Hostname != "" {
+					fmt.Fprintf(w, "      %s -> %s\n", rt.Hostname, rt.Name)
+				} else {
+					fmt.Fprintf(w, "      -> %s\n", rt.Name)
+				}
+				for _, b := range rt.Backends {
+					fmt.Fprintf(w, "        %s weight=%d", b.Name, b.Weight)
+					if b.Reason != "" {
+						fmt.Fprintf(w, " REJECTED (%s)", b.Reason)
+					} else {
+						fmt.Fprintf(w, " [%s]", strings.Join(b.Endpoints, " "))
+					}
+					fmt.Fprintln(w)
+				}
+			}
+		}
+	}
+	return w.Flush()
+}
+
+func listenerSpec(g *gwv1.Gateway, name gwv1.SectionName) *gwv1.Listener {
+	if g == nil {
+		return nil
+	}
+	for i := range g.Spec.Listeners {
+		if g.Spec.Listeners[i].Name == name {
+			return &g.Spec.Listeners[i]
+		}
+	}
+	return nil
+}
+
+func writeConditions(w io.Writer, indent string, conds []metav1.Condition) {
+	var parts []string
+	for _, c := range conds {
+		parts = append(parts, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Reason))
+	}
+	fmt.Fprintf(w, "%s%s\n", indent, strings.Join(parts, "  "))
+	for _, c := range conds {
+		if bad(c) && c.Message != "" {
+			fmt.Fprintf(w, "%s  %s: %s\n", indent, c.Type, c.Message)
+		}
+	}
+}

@@ -1,0 +1,313 @@
+package translate
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/snapshot"
+)
+
+// route is a TLSRoute or TCPRoute seen through what they have in common.
+type route struct {
+	kind        string
+	meta        *metav1.ObjectMeta
+	parentRefs  []gwv1.ParentReference
+	hostnames   []string // TLSRoute only, lower case
+	backendRefs []gwv1.BackendRef
+
+	snap           *snapshot.Route
+	resolvedReason gwv1.RouteConditionReason // "" when every backendRef resolves
+	resolvedMsg    string
+	parents        []gwv1.RouteParentStatus
+}
+
+func (r *route) String() string { return r.kind + "/" + r.meta.Namespace + "/" + r.meta.Name }
+
+func (t *translator) buildRoutes() {
+	for _, tr := range t.in.TLSRoutes {
+		r := &route{kind: kindTLSRoute, meta: &tr.ObjectMeta, parentRefs: tr.Spec.ParentRefs}
+		for _, h := range tr.Spec.Hostnames {
+			r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
+		}
+		if len(tr.Spec.Rules) > 0 {
+			r.backendRefs = tr.Spec.Rules[0].BackendRefs
+		}
+		t.routeList = append(t.routeList, r)
+	}
+	for _, tr := range t.in.TCPRoutes {
+		r := &route{kind: kindTCPRoute, meta: &tr.ObjectMeta, parentRefs: tr.Spec.ParentRefs}
+		if len(tr.Spec.Rules) > 0 {
+			r.backendRefs = tr.Spec.Rules[0].BackendRefs
+		}
+		t.routeList = append(t.routeList, r)
+	}
+	// Precedence: routes attach to listeners in this order, and the snapshot gives a
+	// hostname (or a TCP port) to the first route that claims it.
+	slices.SortFunc(t.routeList, func(a, b *route) int {
+		return cmp.Or(olderFirst(a.meta, b.meta), cmp.Compare(a.kind, b.kind))
+	})
+	for _, r := range t.routeList {
+		t.resolveBackends(r)
+		for _, ref := range r.parentRefs {
+			group, kind := groupGateway, kindGateway
+			if ref.Group != nil {
+				group = string(*ref.Group)
+			}
+			if ref.Kind != nil {
+				kind = string(*ref.Kind)
+			}
+			if group != groupGateway || kind != kindGateway {
+				continue // a Service (mesh) or another parent kind: not ours
+			}
+			ns := r.meta.Namespace
+			if ref.Namespace != nil && *ref.Namespace != "" {
+				ns = string(*ref.Namespace)
+			}
+			gw := t.gwByName[nsName{ns, string(ref.Name)}]
+			if gw == nil {
+				continue // not one of our Gateways (or none at all): not ours to report
+			}
+			r.parents = append(r.parents, t.attach(r, gw, ref))
+		}
+	}
+}
+
+// attach binds a route to the listeners of gw its parentRef selects and reports the result.
+func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference) gwv1.RouteParentStatus {
+	conds := conditions{gen: r.meta.Generation, now: t.now}
+	accept := func(ok bool, reason gwv1.RouteConditionReason, msg string) {
+		conds.set(string(gwv1.RouteConditionAccepted), ok, string(reason), msg)
+	}
+
+	var candidates []*listener
+	for _, l := range gw.listeners {
+		if ref.SectionName != nil && *ref.SectionName != l.spec.Name {
+			continue
+		}
+		if ref.Port != nil && *ref.Port != l.spec.Port {
+			continue
+		}
+		candidates = append(candidates, l)
+	}
+	var allowed []*listener
+	var refusals []string
+	for _, l := range candidates {
+		switch {
+		case l.routeKind != r.kind || len(l.supportedKinds) == 0:
+			kinds := "none"
+			if len(l.supportedKinds) > 0 {
+				kinds = l.routeKind
+			}
+			refusals = append(refusals, fmt.Sprintf("listener %s takes no %s (supported kinds: %s)", l.spec.Name, r.kind, kinds))
+		case !t.allowsNamespace(l, r.meta.Namespace):
+			refusals = append(refusals, fmt.Sprintf("listener %s does not allow routes from namespace %s (from: %s)", l.spec.Name, r.meta.Namespace, l.from))
+		default:
+			allowed = append(allowed, l)
+		}
+	}
+	type match struct {
+		l     *listener
+		hosts []string
+	}
+	var matched []match
+	for _, l := range allowed {
+		if r.kind != kindTLSRoute {
+			matched = append(matched, match{l, nil})
+			continue
+		}
+		var hosts []string
+		for _, h := range r.hostnames {
+			if eff, ok := intersect(l.hostname, h); ok && !slices.Contains(hosts, eff) {
+				hosts = append(hosts, eff)
+			}
+		}
+		if len(hosts) > 0 {
+			matched = append(matched, match{l, hosts})
+		}
+	}
+
+	switch {
+	case len(candidates) == 0:
+		accept(false, gwv1.RouteReasonNoMatchingParent, fmt.Sprintf("Gateway %s has no listener %s", gw.key, describeSelection(ref)))
+	case len(allowed) == 0:
+		accept(false, gwv1.RouteReasonNotAllowedByListeners, fmt.Sprintf("Gateway %s: %s", gw.key, strings.Join(refusals, "; ")))
+	case len(matched) == 0:
+		var lh []string
+		for _, l := range allowed {
+			lh = append(lh, string(l.spec.Name)+"="+cmp.Or(l.hostname, "(any)"))
+		}
+		accept(false, gwv1.RouteReasonNoMatchingListenerHostname,
+			fmt.Sprintf("no route hostname (%s) intersects a listener hostname (%s)", strings.Join(r.hostnames, ", "), strings.Join(lh, ", ")))
+	default:
+		var names, idle []string
+		for _, m := range matched {
+			names = append(names, string(m.l.spec.Name))
+			if !m.l.programmed() {
+				idle = append(idle, string(m.l.spec.Name))
+			}
+			if !m.l.attachedSet[r] {
+				m.l.attachedSet[r] = true
+				m.l.attached = append(m.l.attached, &attachment{route: r, hostnames: m.hosts})
+			}
+		}
+		msg := fmt.Sprintf("Route is attached to listeners %s of Gateway %s", strings.Join(names, ", "), gw.key)
+		switch {
+		case gw.rejected():
+			msg += "; nothing is served: the Gateway is not accepted"
+		case len(idle) > 0:
+			msg += fmt.Sprintf("; not served on %s: not programmed", strings.Join(idle, ", "))
+		}
+		accept(true, gwv1.RouteReasonAccepted, msg)
+	}
+	if r.resolvedReason == "" {
+		conds.set(string(gwv1.RouteConditionResolvedRefs), true, string(gwv1.RouteReasonResolvedRefs), "All backendRefs are resolved")
+	} else {
+		conds.set(string(gwv1.RouteConditionResolvedRefs), false, string(r.resolvedReason), r.resolvedMsg)
+	}
+
+	pr := *ref.DeepCopy()
+	pr.Group = ptr(gwv1.Group(groupGateway))
+	pr.Kind = ptr(gwv1.Kind(kindGateway))
+	return gwv1.RouteParentStatus{
+		ParentRef:      pr,
+		ControllerName: gwv1.GatewayController(t.opts.ControllerName),
+		Conditions:     conds.list,
+	}
+}
+
+func describeSelection(ref gwv1.ParentReference) string {
+	var parts []string
+	if ref.SectionName != nil {
+		parts = append(parts, fmt.Sprintf("named %q", *ref.SectionName))
+	}
+	if ref.Port != nil {
+		parts = append(parts, fmt.Sprintf("on port %d", *ref.Port))
+	}
+	return strings.Join(parts, " ")
+}
+
+// ---- backends ----
+
+func (t *translator) resolveBackends(r *route) {
+	backends := make([]snapshot.Backend, 0, len(r.backendRefs))
+	var problems []string
+	for i, ref := range r.backendRefs {
+		b, reason, msg := t.backend(r, ref)
+		if reason != "" {
+			b.Reason = string(reason)
+			problems = append(problems, fmt.Sprintf("backendRefs[%d]: %s", i, msg))
+			if r.resolvedReason == "" {
+				r.resolvedReason = reason
+			}
+		}
+		backends = append(backends, b)
+	}
+	r.resolvedMsg = strings.Join(problems, "; ")
+	r.snap = snapshot.NewRoute(r.String(), backends)
+}
+
+// backend resolves one backendRef. A non-empty reason means the backend is invalid and
+// rejects its share of connections.
+func (t *translator) backend(r *route, ref gwv1.BackendRef) (snapshot.Backend, gwv1.RouteConditionReason, string) {
+	group, kind := "", kindService
+	if ref.Group != nil {
+		group = string(*ref.Group)
+	}
+	if ref.Kind != nil {
+		kind = string(*ref.Kind)
+	}
+	ns := r.meta.Namespace
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = string(*ref.Namespace)
+	}
+	weight := int32(1)
+	if ref.Weight != nil {
+		weight = *ref.Weight
+	}
+	var port int32
+	if ref.Port != nil {
+		port = *ref.Port
+	}
+	b := snapshot.Backend{Name: fmt.Sprintf("%s/%s:%d", ns, ref.Name, port), Weight: weight}
+	if group != "" || kind != kindService {
+		b.Name = groupKind(group, kind) + " " + ns + "/" + string(ref.Name)
+		return b, gwv1.RouteReasonInvalidKind, fmt.Sprintf("%s is not supported, only core Services", groupKind(group, kind))
+	}
+	if ns != r.meta.Namespace && !t.granted(r.kind, r.meta.Namespace, kindService, ns, string(ref.Name)) {
+		return b, gwv1.RouteReasonRefNotPermitted,
+			fmt.Sprintf("Service %s/%s is in another namespace and no ReferenceGrant in %s allows %s from %s", ns, ref.Name, ns, r.kind, r.meta.Namespace)
+	}
+	svc := t.services[nsName{ns, string(ref.Name)}]
+	if svc == nil {
+		return b, gwv1.RouteReasonBackendNotFound, fmt.Sprintf("Service %s/%s not found", ns, ref.Name)
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return b, gwv1.RouteReasonInvalidKind, fmt.Sprintf("Service %s/%s is of type ExternalName, which snigate does not follow", ns, ref.Name)
+	}
+	var sp *corev1.ServicePort
+	for i := range svc.Spec.Ports {
+		p := &svc.Spec.Ports[i]
+		if p.Port == port && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+			sp = p
+			break
+		}
+	}
+	if sp == nil {
+		return b, gwv1.RouteReasonBackendNotFound, fmt.Sprintf("Service %s/%s has no TCP port %d", ns, ref.Name, port)
+	}
+	b.Endpoints = t.endpoints(ns, svc.Name, sp.Name)
+	if len(b.Endpoints) == 0 {
+		b.Reason = ReasonNoReadyEndpoints // snapshot only: the reference itself resolved
+	}
+	return b, "", ""
+}
+
+// endpoints returns the ready addresses of a Service port, from the EndpointSlices labelled
+// with the Service's name: the slice port with the Service port's name gives the port number.
+func (t *translator) endpoints(ns, svc, portName string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, es := range t.slices[nsName{ns, svc}] {
+		if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue // FQDN endpoints are not followed
+		}
+		var port int32
+		for _, p := range es.Ports {
+			name := ""
+			if p.Name != nil {
+				name = *p.Name
+			}
+			if name == portName && p.Port != nil && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP) {
+				port = *p.Port
+				break
+			}
+		}
+		if port <= 0 || port > 65535 {
+			continue
+		}
+		for _, ep := range es.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				ip, err := netip.ParseAddr(a)
+				if err != nil {
+					continue
+				}
+				ap := netip.AddrPortFrom(ip.Unmap(), uint16(port))
+				if !slices.Contains(out, ap) {
+					out = append(out, ap)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return out
+}
