@@ -84,9 +84,9 @@ func TestFailClosed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			before := g.rejected(tc.reason)
+			before := g.rejected(t, tc.reason)
 			tc.run(t)
-			g.waitRejected(tc.reason, before+1)
+			g.waitRejected(t, tc.reason, before+1)
 		})
 	}
 

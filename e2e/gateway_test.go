@@ -150,8 +150,8 @@ func (g *gateway) countLog(match func(rec map[string]any, raw string) bool) int 
 }
 
 // waitLog waits until at least atLeast log records satisfy match and returns the last of them.
-func (g *gateway) waitLog(what string, atLeast int, match func(rec map[string]any, raw string) bool) map[string]any {
-	g.t.Helper()
+func (g *gateway) waitLog(t *testing.T, what string, atLeast int, match func(rec map[string]any, raw string) bool) map[string]any {
+	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		var found []map[string]any
@@ -165,7 +165,7 @@ func (g *gateway) waitLog(what string, atLeast int, match func(rec map[string]an
 			return found[len(found)-1]
 		}
 		if time.Now().After(deadline) {
-			g.t.Fatalf("%d log records %s within %v, want %d\n%s", len(found), what, waitTimeout, atLeast, g.logText())
+			t.Fatalf("%d log records %s within %v, want %d\n%s", len(found), what, waitTimeout, atLeast, g.logText())
 		}
 		time.Sleep(pollEvery)
 	}
@@ -183,31 +183,31 @@ func (g *gateway) get(path string) (int, []byte, error) {
 }
 
 // generation returns the "generation" field of GET /status.
-func (g *gateway) generation() int64 {
-	g.t.Helper()
+func (g *gateway) generation(t *testing.T) int64 {
+	t.Helper()
 	code, body, err := g.get("/status")
 	if err != nil || code != http.StatusOK {
-		g.t.Fatalf("GET /status: %d, %v\n%s", code, err, body)
+		t.Fatalf("GET /status: %d, %v\n%s", code, err, body)
 	}
 	var st struct {
 		Generation *int64 `json:"generation"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil || st.Generation == nil {
-		g.t.Fatalf("GET /status: no numeric \"generation\" field (%v) in %s", err, body)
+		t.Fatalf("GET /status: no numeric \"generation\" field (%v) in %s", err, body)
 	}
 	return *st.Generation
 }
 
 // waitGeneration waits until the generation is above after and returns it.
-func (g *gateway) waitGeneration(after int64) int64 {
-	g.t.Helper()
+func (g *gateway) waitGeneration(t *testing.T, after int64) int64 {
+	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
-		if gen := g.generation(); gen > after {
+		if gen := g.generation(t); gen > after {
 			return gen
 		}
 		if time.Now().After(deadline) {
-			g.t.Fatalf("generation still %d after %v, want > %d\n%s", g.generation(), waitTimeout, after, g.logText())
+			t.Fatalf("generation still %d after %v, want > %d\n%s", g.generation(t), waitTimeout, after, g.logText())
 		}
 		time.Sleep(pollEvery)
 	}
@@ -215,31 +215,31 @@ func (g *gateway) waitGeneration(after int64) int64 {
 
 // rejected returns the sum of snigate_rejected_connections_total over every series whose
 // reason label is reason (other labels, such as the listener, are summed over).
-func (g *gateway) rejected(reason string) float64 {
-	g.t.Helper()
+func (g *gateway) rejected(t *testing.T, reason string) float64 {
+	t.Helper()
 	code, body, err := g.get("/metrics")
 	if err != nil || code != http.StatusOK {
-		g.t.Fatalf("GET /metrics: %d, %v", code, err)
+		t.Fatalf("GET /metrics: %d, %v", code, err)
 	}
 	v, err := sumMetric(string(body), "snigate_rejected_connections_total", "reason", reason)
 	if err != nil {
-		g.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return v
 }
 
 // waitRejected waits until the rejection counter for reason reaches want.
-func (g *gateway) waitRejected(reason string, want float64) {
-	g.t.Helper()
+func (g *gateway) waitRejected(t *testing.T, reason string, want float64) {
+	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
-		got := g.rejected(reason)
+		got := g.rejected(t, reason)
 		if got >= want {
 			return
 		}
 		if time.Now().After(deadline) {
 			_, body, _ := g.get("/metrics")
-			g.t.Fatalf("snigate_rejected_connections_total{reason=%q} = %v after %v, want >= %v\n%s",
+			t.Fatalf("snigate_rejected_connections_total{reason=%q} = %v after %v, want >= %v\n%s",
 				reason, got, waitTimeout, want, grepLines(string(body), "snigate_rejected"))
 			return
 		}
@@ -248,20 +248,20 @@ func (g *gateway) waitRejected(reason string, want float64) {
 }
 
 // signal sends sig to the process.
-func (g *gateway) signal(sig os.Signal) {
-	g.t.Helper()
+func (g *gateway) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
 	if err := g.cmd.Process.Signal(sig); err != nil {
-		g.t.Fatalf("signal %v: %v", sig, err)
+		t.Fatalf("signal %v: %v", sig, err)
 	}
 }
 
 // waitExit waits up to timeout for the process to exit and returns its exit code.
-func (g *gateway) waitExit(timeout time.Duration) int {
-	g.t.Helper()
+func (g *gateway) waitExit(t *testing.T, timeout time.Duration) int {
+	t.Helper()
 	select {
 	case <-g.exited:
 	case <-time.After(timeout):
-		g.t.Fatalf("snigate still running %v later\n%s", timeout, g.logText())
+		t.Fatalf("snigate still running %v later\n%s", timeout, g.logText())
 	}
 	var ee *exec.ExitError
 	switch {
@@ -270,7 +270,7 @@ func (g *gateway) waitExit(timeout time.Duration) int {
 	case errors.As(g.exitErr, &ee):
 		return ee.ExitCode()
 	}
-	g.t.Fatalf("wait: %v", g.exitErr)
+	t.Fatalf("wait: %v", g.exitErr)
 	return -1
 }
 

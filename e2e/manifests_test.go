@@ -39,7 +39,10 @@ func terminate(name string, port int, hostname string, secrets ...string) listen
 }
 
 // gatewayYAML is the Gateway "gw" bound to 127.0.0.1 with the given listeners.
-func gatewayYAML(ls ...listener) string {
+func gatewayYAML(ls ...listener) string { return namedGatewayYAML(gatewayName, ls...) }
+
+// namedGatewayYAML is a Gateway bound to 127.0.0.1 with the given listeners.
+func namedGatewayYAML(name string, ls ...listener) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -52,7 +55,7 @@ spec:
   - type: IPAddress
     value: 127.0.0.1
   listeners:
-`, gatewayName)
+`, name)
 	for _, l := range ls {
 		fmt.Fprintf(&b, "  - name: %s\n    protocol: TLS\n    port: %d\n", l.name, l.port)
 		if l.hostname != "" {

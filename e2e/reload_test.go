@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -41,9 +43,9 @@ func TestReloadKeepsEstablishedConnections(t *testing.T) {
 	wantHello(t, long.hello, "echo-a", "a.test", "1.3")
 	long.roundTrip("before reload\n")
 
-	gen := g.generation()
+	gen := g.generation(t)
 	writeFile(t, g.dir, "routes.yaml", routeYAML("route-b", "tls", []string{"b.test"}, to("svc-b")))
-	g.waitGeneration(gen)
+	g.waitGeneration(t, gen)
 
 	long.roundTrip("after reload: my route is gone, I still flow\n")
 
@@ -52,9 +54,9 @@ func TestReloadKeepsEstablishedConnections(t *testing.T) {
 	b.roundTrip("new route\n")
 	b.finish()
 
-	before := g.rejected("unknown_sni")
+	before := g.rejected(t, "unknown_sni")
 	expectRejectedTLS(t, port, &tls.Config{ServerName: "a.test", InsecureSkipVerify: true})
-	g.waitRejected("unknown_sni", before+1)
+	g.waitRejected(t, "unknown_sni", before+1)
 
 	long.roundTrip("still flowing\n")
 	long.finish()
@@ -64,30 +66,47 @@ func TestReloadKeepsEstablishedConnections(t *testing.T) {
 func TestReloadInvalidKeepsServing(t *testing.T) {
 	t.Parallel()
 	g, ca, port := reloadSetup(t)
-	gen := g.generation()
+	gen := g.generation(t)
 
-	isError := func(file string) func(map[string]any, string) bool {
-		return func(rec map[string]any, raw string) bool {
-			lvl, _ := rec["level"].(string)
-			return (lvl == "ERROR" || lvl == "WARN") && strings.Contains(raw, file)
-		}
+	isError := func(rec map[string]any, _ string) bool {
+		lvl, _ := rec["level"].(string)
+		return lvl == "ERROR" || lvl == "WARN"
 	}
 	// One file, overwritten with each kind of invalid content: every state of the folder
 	// after the first write is invalid, so the generation must not move at all.
 	const bad = "bad.yaml"
-	for _, tc := range []struct{ name, content string }{
-		{"bad YAML", "apiVersion: v1\nkind: Service\nmetadata: [unclosed\n"},
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // a port snigate cannot bind
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+
+	for _, tc := range []struct {
+		name, content string
+		wantInLog     []string // besides the file name: the object and the field or value
+	}{
+		{"bad YAML", "apiVersion: v1\nkind: Service\nmetadata: [unclosed\n", nil},
 		{"unknown field", strings.Replace(
-			routeYAML("route-c", "tls", []string{"c.test"}, to("svc-b")), "  hostnames:", "  hostnamez:", 1)},
-		{"invalid hostname", routeYAML("route-d", "tls", []string{"not a hostname!"}, to("svc-b"))},
-		{"unknown kind", "apiVersion: example.com/v1\nkind: Frobnicator\nmetadata:\n  name: x\n"},
+			routeYAML("route-c", "tls", []string{"c.test"}, to("svc-b")), "  hostnames:", "  hostnamez:", 1),
+			[]string{"route-c", "hostnamez"}},
+		{"invalid hostname", routeYAML("route-d", "tls", []string{"not a hostname!"}, to("svc-b")),
+			[]string{"route-d", "hostnames"}},
+		{"port that cannot be bound", namedGatewayYAML("gw-busy", passthrough("busy", busyPort, "")),
+			[]string{"gw-busy", strconv.Itoa(busyPort)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			seen := g.countLog(isError(bad))
+			seen := g.countLog(isError)
 			writeFile(t, g.dir, bad, tc.content)
-			rec := g.waitLog("of level ERROR or WARN naming "+bad, seen+1, isError(bad))
-			t.Logf("logged: %v", rec)
-			if got := g.generation(); got != gen {
+			rec := g.waitLog(t, "of level ERROR or WARN", seen+1, isError)
+			raw, _ := json.Marshal(rec)
+			t.Logf("logged: %s", raw)
+			for _, w := range append([]string{bad}, tc.wantInLog...) {
+				if !strings.Contains(string(raw), w) {
+					t.Errorf("the error does not name %q: %s", w, raw)
+				}
+			}
+			if got := g.generation(t); got != gen {
 				t.Errorf("generation %d after invalid %s, want %d unchanged", got, bad, gen)
 			}
 			s := dialTLS(t, port, ca.ClientConfig("a.test"))
@@ -117,7 +136,7 @@ func TestReloadInvalidKeepsServing(t *testing.T) {
 		}
 		time.Sleep(pollEvery)
 	}
-	if got := g.generation(); got <= gen {
+	if got := g.generation(t); got <= gen {
 		t.Errorf("generation %d after a valid change, want > %d", got, gen)
 	}
 }
@@ -127,9 +146,9 @@ func TestSIGHUPReloads(t *testing.T) {
 	t.Parallel()
 	g, ca, port := reloadSetup(t)
 	s := dialTLS(t, port, ca.ClientConfig("a.test"))
-	gen := g.generation()
-	g.signal(syscall.SIGHUP)
-	g.waitGeneration(gen)
+	gen := g.generation(t)
+	g.signal(t, syscall.SIGHUP)
+	g.waitGeneration(t, gen)
 	s.roundTrip("across SIGHUP")
 	s.finish()
 	s = dialTLS(t, port, ca.ClientConfig("a.test"))
@@ -147,11 +166,11 @@ func TestSIGTERMDrains(t *testing.T) {
 	s.roundTrip("before SIGTERM")
 
 	sent := time.Now()
-	g.signal(syscall.SIGTERM)
+	g.signal(t, syscall.SIGTERM)
 	waitRefused(t, port)
 	s.roundTrip("draining, still served")
 	s.finish()
-	if code := g.waitExit(drain + 5*time.Second); code != 0 {
+	if code := g.waitExit(t, drain+5*time.Second); code != 0 {
 		t.Errorf("exit code %d, want 0", code)
 	}
 	if took := time.Since(sent); took >= drain {
@@ -169,9 +188,9 @@ func TestSIGTERMDrainTimeout(t *testing.T) {
 	s.roundTrip("before SIGTERM")
 
 	sent := time.Now()
-	g.signal(syscall.SIGTERM)
+	g.signal(t, syscall.SIGTERM)
 	waitRefused(t, port)
-	code := g.waitExit(drainTimeout + 5*time.Second)
+	code := g.waitExit(t, drainTimeout+5*time.Second)
 	took := time.Since(sent)
 	if code != 0 {
 		t.Errorf("exit code %d, want 0", code)

@@ -54,11 +54,11 @@ func TestPassthrough(t *testing.T) {
 
 	t.Run("ALPN and TLS 1.2 pass through untouched", func(t *testing.T) {
 		cfg := ca.ClientConfig("a.test")
-		cfg.NextProtos = []string{"postgresql", "h2"}
+		cfg.NextProtos = []string{"x-test", "h2"}
 		cfg.MaxVersion = tls.VersionTLS12
 		s := dialTLS(t, port, cfg)
-		if s.hello.ALPN != "postgresql" || s.hello.TLS != "1.2" {
-			t.Errorf("greeting %+v, want alpn=postgresql tls=1.2 negotiated with the backend", s.hello)
+		if s.hello.ALPN != "x-test" || s.hello.TLS != "1.2" {
+			t.Errorf("greeting %+v, want alpn=x-test tls=1.2 negotiated with the backend", s.hello)
 		}
 		s.roundTrip("x")
 		s.finish()
@@ -272,8 +272,8 @@ func TestPortBoundary(t *testing.T) {
 	wantHello(t, y.hello, "echo-y", "y.test", "1.3")
 	y.finish()
 
-	before := g.rejected("unknown_sni")
+	before := g.rejected(t, "unknown_sni")
 	expectRejectedTLS(t, portB, &tls.Config{ServerName: "x.test", InsecureSkipVerify: true})
 	expectRejectedTLS(t, portA, &tls.Config{ServerName: "y.test", InsecureSkipVerify: true})
-	g.waitRejected("unknown_sni", before+2)
+	g.waitRejected(t, "unknown_sni", before+2)
 }
