@@ -1,0 +1,256 @@
+// Command runner is the benchmark harness' conductor (issue 6). bench/run.sh builds the
+// binaries and runs it; see docs/performance.md for what it measures and how.
+//
+//	runner --snigate BIN --loadgen BIN --backend BIN --repo DIR [--smoke] [--rounds N]
+//	       [--json FILE] [--md FILE] [--svg FILE] [--chart-link PATH] [--notes FILE]
+//
+// It starts the backends (CPU 0), a private PostgreSQL (CPU 0), snigate, HAProxy, nginx
+// and sniproxy (CPU 1) with configurations generated from one route list, measures in
+// interleaved rounds, writes the results as JSON and regenerates the Markdown and SVG.
+// It exits non-zero when anything failed to run — never because a target was missed.
+package main
+
+import (
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/snigate/snigate/bench/internal/peers"
+	"github.com/snigate/snigate/bench/internal/pgsrv"
+	"github.com/snigate/snigate/bench/internal/pki"
+	"github.com/snigate/snigate/bench/internal/proc"
+	"github.com/snigate/snigate/bench/internal/report"
+)
+
+// params are the counts of one mode.
+type params struct {
+	ConnsN, Conc, LatencyN, IdleN, TermN int
+	BulkBytes                            int64
+	ScaleExact, ScaleWild                int
+	ReloadFor                            time.Duration
+	Reloads                              int
+	PGSeconds, PGClients                 int
+	Benchtime                            string
+	Budget                               time.Duration // stop starting new work after this
+}
+
+var (
+	full = params{ConnsN: 6000, Conc: 16, LatencyN: 8000, IdleN: 3000, TermN: 1500, BulkBytes: 1 << 30,
+		ScaleExact: 100_000, ScaleWild: 1000, ReloadFor: 2 * time.Second, Reloads: 3,
+		PGSeconds: 3, PGClients: 8, Benchtime: "300ms", Budget: 540 * time.Second}
+	smoke = params{ConnsN: 300, Conc: 16, LatencyN: 300, IdleN: 200, TermN: 100, BulkBytes: 32 << 20,
+		ScaleExact: 2000, ScaleWild: 20, ReloadFor: 1 * time.Second, Reloads: 2,
+		PGSeconds: 1, PGClients: 4, Benchtime: "", Budget: 100 * time.Second}
+)
+
+// Names every configuration routes.
+const (
+	sniEcho = "echo.bench.test"
+	sniBulk = "bulk.bench.test"
+	sniTLS  = "tls.bench.test"
+	sniPG   = "pg.bench.test"
+	sniTerm = "term.bench.test"
+)
+
+type env struct {
+	p      params
+	mode   string
+	rounds int
+	work   string
+	bin    struct{ snigate, loadgen, backend string }
+	repo   string
+	res    *report.Results
+	start  time.Time
+
+	ca                      *pki.CA
+	roots                   *x509.CertPool
+	tlsCert, termCert, pgCt *pki.Leaf
+	port                    struct{ echo, bulk, plain, tls, pg int }
+
+	mu      sync.Mutex
+	running []*proc.Proc
+	proxies map[string]*instance
+	pg      *pgsrv.Server
+	scale   *scaleState
+}
+
+// instance is one proxy under test.
+type instance struct {
+	kind string
+	spec peers.Spec
+	argv []string
+	proc *proc.Proc
+}
+
+func main() {
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("bench: ")
+	isSmoke := flag.Bool("smoke", false, "one round with tiny counts (CI)")
+	rounds := flag.Int("rounds", 0, "rounds (default 5, smoke 1)")
+	snigate := flag.String("snigate", "", "snigate binary")
+	loadgen := flag.String("loadgen", "", "loadgen binary")
+	backend := flag.String("backend", "", "backend binary")
+	repo := flag.String("repo", ".", "repository root (for go test -bench)")
+	jsonOut := flag.String("json", "", "results JSON to write")
+	mdOut := flag.String("md", "", "Markdown to write")
+	svgOut := flag.String("svg", "", "SVG chart to write")
+	chartLink := flag.String("chart-link", "", "the chart's path as the Markdown links it")
+	notes := flag.String("notes", "", "hand-written notes appended to the Markdown")
+	verbose := flag.Bool("v", false, "log every value as it is measured")
+	only := flag.String("only", "", "comma-separated tests to run (default all): conns,bulk,latency,term,idle,scale,pg,micro")
+	flag.Parse()
+
+	e := &env{p: full, mode: "full", rounds: 5, repo: *repo, start: time.Now(), proxies: map[string]*instance{}}
+	if *isSmoke {
+		e.p, e.mode, e.rounds = smoke, "smoke", 1
+	}
+	if *rounds > 0 {
+		e.rounds = *rounds
+	}
+	e.bin.snigate, e.bin.loadgen, e.bin.backend = *snigate, *loadgen, *backend
+	for _, b := range []string{*snigate, *loadgen, *backend} {
+		if b == "" {
+			log.Fatal("--snigate, --loadgen and --backend are required")
+		}
+	}
+	tests := map[string]bool{}
+	for _, t := range strings.Split(*only, ",") {
+		if t != "" {
+			tests[t] = true
+		}
+	}
+	want := func(t string) bool { return len(tests) == 0 || tests[t] }
+
+	e.res = &report.Results{
+		Mode: e.mode, Rounds: e.rounds, Date: e.start.UTC().Format(time.RFC3339),
+		Command: "bench/run.sh" + map[bool]string{true: " --smoke", false: ""}[*isSmoke],
+		Machine: machine(), Versions: versions(*snigate, *repo),
+		Params: map[string]any{
+			"concurrency": e.p.Conc, "connsN": e.p.ConnsN, "latencyN": e.p.LatencyN, "idleN": e.p.IdleN,
+			"termN": e.p.TermN, "bulkBytes": fmtBytes(e.p.BulkBytes), "scaleExact": e.p.ScaleExact,
+			"scaleWild": e.p.ScaleWild, "pgbenchArgs": pgbenchArgsText(e.p), "benchtime": e.p.Benchtime,
+		},
+	}
+
+	if *verbose {
+		e.res.Verbose = log.Printf
+	}
+
+	// Whatever happens, stop every process we started.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		log.Printf("%v: stopping", s)
+		e.stopAll()
+		os.Exit(1)
+	}()
+
+	if err := e.setup(want); err != nil {
+		e.res.Error(fmt.Errorf("setup: %w", err))
+	} else {
+		e.runRounds(want)
+	}
+	e.stopAll()
+	if want("micro") && e.p.Benchtime != "" {
+		e.micro()
+	}
+
+	e.res.Seconds = time.Since(e.start).Seconds()
+	e.res.Summarize()
+	e.res.Evaluate()
+	if *jsonOut != "" {
+		if err := e.res.WriteJSON(*jsonOut); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if *svgOut != "" {
+		if err := e.res.WriteSVG(*svgOut); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if *mdOut != "" {
+		if err := e.res.WriteMarkdown(*mdOut, *chartLink, *notes); err != nil {
+			log.Fatal(err)
+		}
+	}
+	printSummary(e.res)
+	if len(e.res.Errors) > 0 {
+		log.Printf("FAILED: %d errors", len(e.res.Errors))
+		for _, err := range e.res.Errors {
+			log.Printf("  %s", err)
+		}
+		os.Exit(1)
+	}
+	log.Printf("done in %.0f s", e.res.Seconds)
+}
+
+func printSummary(r *report.Results) {
+	met := 0
+	for _, t := range r.Targets {
+		mark := "MISSED"
+		if !t.Known {
+			mark = "n/a"
+		} else if t.Met {
+			mark = "met"
+			met++
+		}
+		log.Printf("target %-7s %-16s %-50s %s [%s]", mark, t.Area, t.Goal, t.Value, t.Margin)
+	}
+	log.Printf("%d of %d targets met", met, len(r.Targets))
+}
+
+func (e *env) track(p *proc.Proc) {
+	e.mu.Lock()
+	e.running = append(e.running, p)
+	e.mu.Unlock()
+}
+
+func (e *env) stopAll() {
+	e.mu.Lock()
+	ps := e.running
+	e.running = nil
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Stop() }()
+	}
+	wg.Wait()
+	if e.pg != nil {
+		os.RemoveAll(e.pg.Dir)
+	}
+	if e.work != "" {
+		os.RemoveAll(e.work)
+	}
+}
+
+// overBudget reports whether the run has used its time; later work is skipped.
+func (e *env) overBudget(what string) bool {
+	if time.Since(e.start) < e.p.Budget {
+		return false
+	}
+	e.res.Error(fmt.Errorf("time budget of %s used up: skipped %s", e.p.Budget, what))
+	return true
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	default:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+}
+
+func (e *env) path(elem ...string) string {
+	return filepath.Join(append([]string{e.work}, elem...)...)
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"strconv"
+	"time"
+
+	"github.com/snigate/snigate/bench/internal/load"
+	"github.com/snigate/snigate/bench/internal/procstat"
+	"github.com/snigate/snigate/bench/internal/report"
+)
+
+// rotate returns list rotated left by k: every round measures the targets in a different
+// order, so a disturbance does not always hit the same one.
+func rotate(list []string, k int) []string {
+	k %= len(list)
+	return append(append([]string{}, list[k:]...), list[:k]...)
+}
+
+var passTargets = []string{"direct", "snigate", "haproxy", "nginx", "sniproxy"}
+
+func (e *env) runRounds(want func(string) bool) {
+	for r := 0; r < e.rounds; r++ {
+		log.Printf("round %d of %d", r+1, e.rounds)
+		steps := []struct {
+			name string
+			run  func(round int)
+		}{
+			{report.TConns, func(r int) {
+				for _, t := range rotate(passTargets, r) {
+					e.conns(t)
+				}
+			}},
+			{report.TBulk, func(r int) {
+				for _, t := range rotate(passTargets, r) {
+					e.bulk(t)
+				}
+			}},
+			{report.TLatency, func(r int) { e.latency(rotate(passTargets, r)) }},
+			{report.TTerm, func(r int) {
+				for _, t := range rotate([]string{"snigate", "haproxy", "nginx"}, r) {
+					e.term(t)
+				}
+			}},
+			{report.TIdle, func(r int) {
+				for _, t := range rotate(passTargets[1:], r) {
+					e.idle(t)
+				}
+			}},
+			{report.TScale, func(r int) { e.scaleRound(r) }},
+			{report.TPG, func(r int) { e.pgRound(r) }},
+		}
+		for _, s := range steps {
+			if !want(s.name) {
+				continue
+			}
+			if e.overBudget(fmt.Sprintf("round %d %s", r+1, s.name)) {
+				return
+			}
+			t := time.Now()
+			s.run(r)
+			log.Printf("  %-8s %.1f s", s.name, time.Since(t).Seconds())
+		}
+	}
+}
+
+// targetAddr is where the passthrough client connects for target, and the proxy's pid (0
+// for direct).
+func (e *env) targetAddr(target string, backendPort int) (string, int) {
+	if target == "direct" {
+		return addr(backendPort), 0
+	}
+	inst := e.proxies[target]
+	if inst == nil || inst.proc == nil {
+		return "", -1
+	}
+	return inst.spec.Pass, inst.proc.Pid()
+}
+
+func cpuOf(pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	return procstat.CPU(procstat.Tree(pid))
+}
+
+// conns: new connections, proxy CPU per connection and connections/s.
+func (e *env) conns(target string) {
+	a, pid := e.targetAddr(target, e.port.echo)
+	if pid < 0 {
+		return
+	}
+	before := cpuOf(pid)
+	var r load.ConnsResult
+	err := e.loadgen(120*time.Second, &r, "conns", "--addr", a, "--sni", sniEcho,
+		"-n", strconv.Itoa(e.p.ConnsN), "-c", strconv.Itoa(e.p.Conc), "--max", "60s")
+	cpu := cpuOf(pid) - before
+	if err != nil {
+		e.res.Error(fmt.Errorf("conns %s: %w", target, err))
+		return
+	}
+	e.res.Add(report.TConns, report.MRate, target, "conns/s", r.PerSec)
+	if pid > 0 {
+		e.res.Add(report.TConns, report.MCPU, target, "µs", float64(cpu)/1e3/float64(r.OK))
+	}
+}
+
+// bulk: one download, throughput and proxy CPU per GiB.
+func (e *env) bulk(target string) {
+	a, pid := e.targetAddr(target, e.port.bulk)
+	if pid < 0 {
+		return
+	}
+	n := e.p.BulkBytes
+	if target == "sniproxy" {
+		n /= 4 // about 5 CPU seconds per GiB: a quarter says as much
+	}
+	before := cpuOf(pid)
+	var r load.BulkResult
+	err := e.loadgen(180*time.Second, &r, "bulk", "--addr", a, "--sni", sniBulk, "--bytes", strconv.FormatInt(n, 10))
+	cpu := cpuOf(pid) - before
+	if err != nil {
+		e.res.Error(fmt.Errorf("bulk %s: %w", target, err))
+		return
+	}
+	e.res.Add(report.TBulk, report.MGBps, target, "GB/s", r.GBps)
+	if pid > 0 {
+		e.res.Add(report.TBulk, report.MCPUGiB, target, "s/GiB", float64(cpu)/1e9/(float64(r.Bytes)/(1<<30)))
+	}
+}
+
+// latency: 64-byte echo with everything on CPU 0; added = proxy minus direct.
+func (e *env) latency(targets []string) {
+	got := map[string]load.LatencyResult{}
+	for _, target := range targets {
+		a, pid := e.targetAddr(target, e.port.echo)
+		if pid < 0 {
+			continue
+		}
+		var tree []int
+		if pid > 0 {
+			tree = procstat.Tree(pid)
+			if err := procstat.Pin(tree, "0"); err != nil {
+				e.res.Error(err)
+				continue
+			}
+		}
+		var r load.LatencyResult
+		err := e.loadgen(120*time.Second, &r, "latency", "--addr", a, "--sni", sniEcho, "-n", strconv.Itoa(e.p.LatencyN))
+		if pid > 0 {
+			if perr := procstat.Pin(tree, "1"); perr != nil {
+				e.res.Error(perr)
+			}
+		}
+		if err != nil {
+			e.res.Error(fmt.Errorf("latency %s: %w", target, err))
+			continue
+		}
+		got[target] = r
+		e.res.Add(report.TLatency, report.MP50, target, "µs", r.P50)
+		e.res.Add(report.TLatency, report.MP99, target, "µs", r.P99)
+	}
+	d, ok := got["direct"]
+	if !ok {
+		return
+	}
+	for t, r := range got {
+		if t != "direct" {
+			e.res.Add(report.TLatency, report.MAddP50, t, "µs", r.P50-d.P50)
+			e.res.Add(report.TLatency, report.MAddP99, t, "µs", r.P99-d.P99)
+		}
+	}
+}
+
+// term: TLS handshakes/s and proxy CPU per handshake.
+func (e *env) term(target string) {
+	inst := e.proxies[target]
+	if inst == nil || inst.proc == nil || inst.spec.Term == "" {
+		return
+	}
+	pid := inst.proc.Pid()
+	before := cpuOf(pid)
+	var r load.ConnsResult
+	err := e.loadgen(120*time.Second, &r, "handshake", "--addr", inst.spec.Term, "--sni", sniTerm,
+		"-n", strconv.Itoa(e.p.TermN), "-c", strconv.Itoa(e.p.Conc), "--max", "60s")
+	cpu := cpuOf(pid) - before
+	if err != nil {
+		e.res.Error(fmt.Errorf("terminate %s: %w", target, err))
+		return
+	}
+	e.res.Add(report.TTerm, report.MRate, target, "handshakes/s", r.PerSec)
+	e.res.Add(report.TTerm, report.MCPU, target, "µs", float64(cpu)/1e3/float64(r.OK))
+}
+
+// idle: memory and fds per idle connection. The proxy is restarted and warmed up first, so
+// every round starts from the same state.
+func (e *env) idle(target string) {
+	inst := e.proxies[target]
+	if inst == nil {
+		return
+	}
+	e.stopProxy(inst)
+	if err := e.startProxy(target); err != nil {
+		e.res.Error(fmt.Errorf("idle: restart %s: %w", target, err))
+		return
+	}
+	var warm load.ConnsResult
+	if err := e.loadgen(60*time.Second, &warm, "conns", "--addr", inst.spec.Pass, "--sni", sniEcho, "-n", "200", "-c", strconv.Itoa(e.p.Conc)); err != nil {
+		e.res.Error(fmt.Errorf("idle warm-up %s: %w", target, err))
+		return
+	}
+	time.Sleep(100 * time.Millisecond)
+	pid := inst.proc.Pid()
+	before := procstat.Take(pid)
+	heapBefore, herr := 0.0, error(nil)
+	if target == "snigate" {
+		heapBefore, herr = metric(inst.spec.Admin, "go_memstats_heap_inuse_bytes")
+	}
+	release, err := e.idleHold(inst.spec.Pass, e.p.IdleN)
+	if err != nil {
+		e.res.Error(fmt.Errorf("idle %s: %w", target, err))
+		return
+	}
+	time.Sleep(300 * time.Millisecond)
+	after := procstat.Take(pid)
+	heapAfter := 0.0
+	if target == "snigate" && herr == nil {
+		heapAfter, herr = metric(inst.spec.Admin, "go_memstats_heap_inuse_bytes")
+	}
+	if err := release(); err != nil {
+		e.res.Error(fmt.Errorf("idle %s: loadgen: %w", target, err))
+	}
+	n := float64(e.p.IdleN)
+	e.res.Add(report.TIdle, report.MRSSConn, target, "bytes", float64(after.Mem-before.Mem)/n)
+	e.res.Add(report.TIdle, report.MFDConn, target, "fds", float64(after.FDs-before.FDs)/n)
+	if target == "snigate" {
+		if herr != nil {
+			e.res.Error(fmt.Errorf("idle snigate heap: %w", herr))
+		} else {
+			e.res.Add(report.TIdle, report.MHeapConn, target, "bytes", (heapAfter-heapBefore)/n)
+		}
+	}
+	// Let the proxy see the closes before the next test (pooled splice pipes may stay).
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && procstat.FDs(procstat.Tree(pid)) > before.FDs+e.p.IdleN/10 {
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,357 @@
+// Package load holds the load generator's client operations. Each one is bounded in count
+// and in time and returns a result that marshals to JSON; bench/cmd/loadgen runs them as a
+// separate process pinned to CPU 0, and the runner uses the cheap ones (Try, Probe) itself.
+package load
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/snigate/snigate/bench/internal/wire"
+)
+
+// opTimeout bounds every single connection of every operation.
+const opTimeout = 10 * time.Second
+
+var dialer = net.Dialer{Timeout: 5 * time.Second, KeepAlive: wire.NoKeepAlive}
+
+func dial(addr string) (*net.TCPConn, error) {
+	c, err := dialer.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	tc.SetLinger(0)
+	return tc, nil
+}
+
+// handshake writes hello and reads the echo backend's flight.
+func handshake(c net.Conn, hello, buf []byte) error {
+	if _, err := c.Write(hello); err != nil {
+		return fmt.Errorf("write hello: %w", err)
+	}
+	if _, err := io.ReadFull(c, buf[:wire.FlightSize]); err != nil {
+		return fmt.Errorf("read flight: %w", err)
+	}
+	return nil
+}
+
+// One makes one complete connection through addr to the echo backend: ClientHello, flight,
+// a 64-byte request and its echo, close (RST).
+func One(addr string, hello, buf []byte) error {
+	c, err := dial(addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(opTimeout))
+	if err := handshake(c, hello, buf); err != nil {
+		return err
+	}
+	msg := buf[wire.FlightSize : wire.FlightSize+wire.MsgSize]
+	if _, err := c.Write(msg); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	if _, err := io.ReadFull(c, msg); err != nil {
+		return fmt.Errorf("read response: %w", err)
+	}
+	return nil
+}
+
+// ConnsResult is the outcome of Conns.
+type ConnsResult struct {
+	OK      int      `json:"ok"`
+	Failed  int      `json:"failed"`
+	Seconds float64  `json:"seconds"`
+	PerSec  float64  `json:"perSec"`
+	Errors  []string `json:"errors,omitempty"` // the first few
+}
+
+// Conns makes n connections with One, conc at a time, stopping early after max.
+func Conns(addr string, hello []byte, n, conc int, max time.Duration) ConnsResult {
+	var (
+		next, ok, failed atomic.Int64
+		mu               sync.Mutex
+		errs             []string
+		wg               sync.WaitGroup
+	)
+	deadline := time.Now().Add(max)
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, wire.FlightSize+wire.MsgSize)
+			for next.Add(1) <= int64(n) && time.Now().Before(deadline) {
+				if err := One(addr, hello, buf); err != nil {
+					failed.Add(1)
+					mu.Lock()
+					if len(errs) < 5 {
+						errs = append(errs, err.Error())
+					}
+					mu.Unlock()
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	r := ConnsResult{OK: int(ok.Load()), Failed: int(failed.Load()), Seconds: secs, Errors: errs}
+	r.PerSec = float64(r.OK) / secs
+	return r
+}
+
+// BulkResult is the outcome of Bulk.
+type BulkResult struct {
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+	GBps    float64 `json:"gbps"` // 10^9 bytes per second
+}
+
+// Bulk downloads n bytes over one connection from the bulk backend.
+func Bulk(addr string, hello []byte, n int64) (BulkResult, error) {
+	c, err := dial(addr)
+	if err != nil {
+		return BulkResult{}, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(120 * time.Second))
+	if _, err := c.Write(hello); err != nil {
+		return BulkResult{}, err
+	}
+	start := time.Now()
+	if _, err := c.Write(wire.BulkRequest(n)); err != nil {
+		return BulkResult{}, err
+	}
+	buf := make([]byte, 256<<10)
+	var got int64
+	for got < n {
+		m, err := c.Read(buf)
+		got += int64(m)
+		if err != nil {
+			return BulkResult{}, fmt.Errorf("after %d of %d bytes: %w", got, n, err)
+		}
+	}
+	secs := time.Since(start).Seconds()
+	return BulkResult{Bytes: got, Seconds: secs, GBps: float64(got) / secs / 1e9}, nil
+}
+
+// LatencyResult is the outcome of Latency, in microseconds.
+type LatencyResult struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Mean float64 `json:"mean"`
+	Min  float64 `json:"min"`
+	Max  float64 `json:"max"`
+}
+
+// Latency times n round trips of a 64-byte message over one connection to the echo backend,
+// after warmup untimed ones.
+func Latency(addr string, hello []byte, n, warmup int) (LatencyResult, error) {
+	c, err := dial(addr)
+	if err != nil {
+		return LatencyResult{}, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(120 * time.Second))
+	buf := make([]byte, wire.FlightSize)
+	if err := handshake(c, hello, buf); err != nil {
+		return LatencyResult{}, err
+	}
+	msg := make([]byte, wire.MsgSize)
+	d := make([]time.Duration, 0, n)
+	for i := range warmup + n {
+		t := time.Now()
+		if _, err := c.Write(msg); err != nil {
+			return LatencyResult{}, err
+		}
+		if _, err := io.ReadFull(c, msg); err != nil {
+			return LatencyResult{}, err
+		}
+		if i >= warmup {
+			d = append(d, time.Since(t))
+		}
+	}
+	slices.Sort(d)
+	us := func(x time.Duration) float64 { return float64(x) / 1e3 }
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	q := func(p float64) float64 { return us(d[min(len(d)-1, int(p*float64(len(d))))]) }
+	return LatencyResult{N: n, P50: q(0.50), P90: q(0.90), P99: q(0.99), Mean: us(sum) / float64(n), Min: us(d[0]), Max: us(d[len(d)-1])}, nil
+}
+
+// OpenIdle opens n connections to the echo backend (ClientHello and flight done), conc at a
+// time, and returns them open.
+func OpenIdle(addr string, hello []byte, n, conc int) ([]net.Conn, error) {
+	conns := make([]net.Conn, n)
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, wire.FlightSize)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || firstErr.Load() != nil {
+					return
+				}
+				c, err := dial(addr)
+				if err == nil {
+					c.SetDeadline(time.Now().Add(opTimeout))
+					err = handshake(c, hello, buf)
+					c.SetDeadline(time.Time{})
+					if err != nil {
+						c.Close()
+					}
+				}
+				if err != nil {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("connection %d: %w", i, err))
+					return
+				}
+				conns[i] = c
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		CloseAll(conns)
+		return nil, err
+	}
+	return conns, nil
+}
+
+// CloseAll closes every non-nil connection.
+func CloseAll(conns []net.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// TLSClientConfig is the terminate test's client: TLS 1.3 with X25519 only, so that Go and
+// OpenSSL servers do the same key exchange (Go's default would offer X25519MLKEM768, which
+// OpenSSL 3.0 does not have and a Go server would pick, at several times the cost).
+func TLSClientConfig(sni string) *tls.Config {
+	return &tls.Config{
+		ServerName:         sni,
+		InsecureSkipVerify: true, // the certificate is checked once by Probe, not per handshake
+		MinVersion:         tls.VersionTLS13,
+		CurvePreferences:   []tls.CurveID{tls.X25519},
+	}
+}
+
+// Handshakes makes n TLS connections to a terminating proxy, conc at a time: full
+// handshake, a 16-byte echo through the proxy to the plain backend, close.
+func Handshakes(addr, sni string, n, conc int, max time.Duration) ConnsResult {
+	cfg := TLSClientConfig(sni)
+	var next, ok, failed atomic.Int64
+	var mu sync.Mutex
+	var errs []string
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(max)
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := make([]byte, 16)
+			for next.Add(1) <= int64(n) && time.Now().Before(deadline) {
+				err := func() error {
+					raw, err := dial(addr)
+					if err != nil {
+						return err
+					}
+					defer raw.Close()
+					raw.SetDeadline(time.Now().Add(opTimeout))
+					c := tls.Client(raw, cfg)
+					if err := c.Handshake(); err != nil {
+						return err
+					}
+					if _, err := c.Write(msg); err != nil {
+						return err
+					}
+					_, err = io.ReadFull(c, msg)
+					return err
+				}()
+				if err != nil {
+					failed.Add(1)
+					mu.Lock()
+					if len(errs) < 5 {
+						errs = append(errs, err.Error())
+					}
+					mu.Unlock()
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	r := ConnsResult{OK: int(ok.Load()), Failed: int(failed.Load()), Seconds: secs, Errors: errs}
+	r.PerSec = float64(r.OK) / secs
+	return r
+}
+
+// Probe makes one real TLS connection to sni through addr, verifies the certificate with
+// roots (the backend's own certificate in passthrough, the proxy's in terminate mode) and
+// echoes a few bytes.
+func Probe(addr, sni string, roots *x509.CertPool) error {
+	raw, err := dial(addr)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(opTimeout))
+	c := tls.Client(raw, &tls.Config{ServerName: sni, RootCAs: roots})
+	if err := c.Handshake(); err != nil {
+		return fmt.Errorf("TLS to %s via %s: %w", sni, addr, err)
+	}
+	msg := []byte("probe " + sni)
+	if _, err := c.Write(msg); err != nil {
+		return err
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil {
+		return fmt.Errorf("echo via %s: %w", addr, err)
+	}
+	if string(got) != string(msg) {
+		return errors.New("echo mismatch")
+	}
+	return nil
+}
+
+// WaitServing calls One until it succeeds or ctx ends, every interval, and returns when it
+// succeeded.
+func WaitServing(ctx context.Context, addr string, hello []byte, interval time.Duration) (time.Time, error) {
+	buf := make([]byte, wire.FlightSize+wire.MsgSize)
+	var last error
+	for {
+		if last = One(addr, hello, buf); last == nil {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(interval):
+		}
+	}
+}

@@ -1,0 +1,413 @@
+// Package peers turns one route list into equivalent SNI-routing configurations for
+// snigate (Gateway API YAML), HAProxy, nginx and sniproxy, and the command lines that run
+// them in the foreground.
+//
+// Every configuration does the same: on Spec.Pass, read the ClientHello, route its SNI
+// (exact names, and "*.suffix" wildcards matching one or more labels) to a backend and copy
+// bytes both ways; reject unknown names. On Spec.Term (not sniproxy) terminate TLS with
+// one ECDSA P-256 certificate and forward plaintext.
+package peers
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/snigate/snigate/bench/internal/pki"
+)
+
+// Kinds are the proxies the harness knows, in report order.
+var Kinds = []string{"snigate", "haproxy", "nginx", "sniproxy"}
+
+// Route sends Host ("a.example" or "*.example") to Backend ("127.0.0.1:port").
+type Route struct {
+	Host    string
+	Backend string
+}
+
+// Spec is one proxy configuration.
+type Spec struct {
+	Dir        string // config files go here
+	Pass       string // passthrough listener, 127.0.0.1:port
+	Routes     []Route
+	Term       string // terminate listener; empty: none
+	TermRoutes []Route
+	TermCert   *pki.Leaf
+	Admin      string // snigate's admin listener
+	// HostsPerRoute is how many hostnames one TLSRoute carries (Gateway API allows 16).
+	HostsPerRoute int
+	// Snigate's extra serve flags.
+	SnigateFlags []string
+}
+
+// Write writes the configuration of kind into s.Dir and returns the command line that
+// runs it in the foreground (binary is the executable; empty: the name on PATH).
+func Write(kind, binary string, s Spec) ([]string, error) {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if binary == "" {
+		binary = kind
+	}
+	switch kind {
+	case "snigate":
+		return writeSnigate(binary, s)
+	case "haproxy":
+		return writeHAProxy(binary, s)
+	case "nginx":
+		return writeNginx(binary, s)
+	case "sniproxy":
+		return writeSniproxy(binary, s)
+	}
+	return nil, fmt.Errorf("unknown proxy %q", kind)
+}
+
+type fileWriter struct {
+	f   *os.File
+	w   *bufio.Writer
+	err error
+}
+
+func create(path string) *fileWriter {
+	f, err := os.Create(path)
+	if err != nil {
+		return &fileWriter{err: err}
+	}
+	return &fileWriter{f: f, w: bufio.NewWriterSize(f, 1<<20)}
+}
+
+func (w *fileWriter) printf(format string, a ...any) {
+	if w.err == nil {
+		_, w.err = fmt.Fprintf(w.w, format, a...)
+	}
+}
+
+func (w *fileWriter) close() error {
+	if w.f == nil {
+		return w.err
+	}
+	if err := w.w.Flush(); w.err == nil {
+		w.err = err
+	}
+	if err := w.f.Close(); w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// backends lists the distinct backends of routes, sorted.
+func backends(routes ...[]Route) []string {
+	var out []string
+	for _, rs := range routes {
+		for _, r := range rs {
+			if !slices.Contains(out, r.Backend) {
+				out = append(out, r.Backend)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func beName(addr string) string {
+	return "be-" + strings.NewReplacer(".", "-", ":", "-").Replace(addr)
+}
+
+func splitAddr(addr string) (host, port string) {
+	i := strings.LastIndexByte(addr, ':')
+	return addr[:i], addr[i+1:]
+}
+
+// --- snigate -------------------------------------------------------------------------------
+
+func writeSnigate(binary string, s Spec) ([]string, error) {
+	per := s.HostsPerRoute
+	if per <= 0 {
+		per = 16
+	}
+	_, passPort := splitAddr(s.Pass)
+	g := create(filepath.Join(s.Dir, "gateway.yaml"))
+	g.printf(`apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: bench
+  namespace: default
+spec:
+  gatewayClassName: snigate
+  addresses:
+  - type: IPAddress
+    value: 127.0.0.1
+  listeners:
+  - name: pass
+    protocol: TLS
+    port: %s
+    tls:
+      mode: Passthrough
+`, passPort)
+	if s.Term != "" {
+		_, termPort := splitAddr(s.Term)
+		g.printf(`  - name: term
+    protocol: TLS
+    port: %s
+    tls:
+      mode: Terminate
+      certificateRefs:
+      - name: term-cert
+`, termPort)
+	}
+	if err := g.close(); err != nil {
+		return nil, err
+	}
+
+	b := create(filepath.Join(s.Dir, "backends.yaml"))
+	for i, be := range backends(s.Routes, s.TermRoutes) {
+		host, port := splitAddr(be)
+		if i > 0 {
+			b.printf("---\n")
+		}
+		b.printf(`apiVersion: v1
+kind: Service
+metadata:
+  name: %[1]s
+  namespace: default
+spec:
+  ports:
+  - name: p
+    port: 443
+    protocol: TCP
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: %[1]s-1
+  namespace: default
+  labels:
+    kubernetes.io/service-name: %[1]s
+addressType: IPv4
+ports:
+- name: p
+  port: %[2]s
+  protocol: TCP
+endpoints:
+- addresses: ["%[3]s"]
+  conditions:
+    ready: true
+`, beName(be), port, host)
+	}
+	if err := b.close(); err != nil {
+		return nil, err
+	}
+
+	if err := writeTLSRoutes(filepath.Join(s.Dir, "routes.yaml"), "r", "pass", s.Routes, per); err != nil {
+		return nil, err
+	}
+	if s.Term != "" {
+		if err := writeTLSRoutes(filepath.Join(s.Dir, "term-routes.yaml"), "t", "term", s.TermRoutes, per); err != nil {
+			return nil, err
+		}
+		sec := create(filepath.Join(s.Dir, "secret.yaml"))
+		sec.printf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: term-cert\n  namespace: default\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n%s  tls.key: |\n%s",
+			indent(string(s.TermCert.CertPEM), "    "), indent(string(s.TermCert.KeyPEM), "    "))
+		if err := sec.close(); err != nil {
+			return nil, err
+		}
+	}
+	argv := []string{binary, "serve", "-f", s.Dir, "--admin", s.Admin, "--access-log=false", "--log-format", "json"}
+	return append(argv, s.SnigateFlags...), nil
+}
+
+// WriteSnigateRoutes writes routes as TLSRoutes (named prefix-N, attached to the Gateway's
+// listener section) into path: the one-route change of the route-scale test.
+func WriteSnigateRoutes(path, prefix, section string, routes []Route) error {
+	return writeTLSRoutes(path, prefix, section, routes, 16)
+}
+
+func writeTLSRoutes(path, prefix, section string, routes []Route, per int) error {
+	w := create(path)
+	// Group by backend, then cut into routes of at most per hostnames.
+	by := map[string][]string{}
+	for _, r := range routes {
+		by[r.Backend] = append(by[r.Backend], r.Host)
+	}
+	n := 0
+	for _, be := range backends(routes) {
+		hosts := by[be]
+		for i := 0; i < len(hosts); i += per {
+			chunk := hosts[i:min(i+per, len(hosts))]
+			if n > 0 {
+				w.printf("---\n")
+			}
+			w.printf("apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata:\n  name: %s-%d\n  namespace: default\nspec:\n  parentRefs:\n  - name: bench\n    sectionName: %s\n  hostnames:\n", prefix, n, section)
+			for _, h := range chunk {
+				w.printf("  - %q\n", h)
+			}
+			w.printf("  rules:\n  - backendRefs:\n    - name: %s\n      port: 443\n", beName(be))
+			n++
+		}
+	}
+	return w.close()
+}
+
+func indent(s, pre string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(s, "\n") {
+		if line != "" {
+			b.WriteString(pre + line)
+		}
+	}
+	return b.String()
+}
+
+// --- HAProxy -------------------------------------------------------------------------------
+
+func writeHAProxy(binary string, s Spec) ([]string, error) {
+	exact := filepath.Join(s.Dir, "exact.map")
+	wild := filepath.Join(s.Dir, "wild.map")
+	em, wm := create(exact), create(wild)
+	for _, r := range s.Routes {
+		if suffix, ok := strings.CutPrefix(r.Host, "*"); ok {
+			wm.printf("%s %s\n", suffix, beName(r.Backend)) // map_end: ".example" suffix
+		} else {
+			em.printf("%s %s\n", r.Host, beName(r.Backend))
+		}
+	}
+	if err := em.close(); err != nil {
+		return nil, err
+	}
+	if err := wm.close(); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(s.Dir, "haproxy.cfg")
+	w := create(cfg)
+	w.printf(`global
+  maxconn 8000
+  nbthread 1
+  pidfile %s/haproxy.pid
+
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+
+frontend pass
+  bind %s
+  tcp-request inspect-delay 5s
+  tcp-request content reject unless { req.ssl_hello_type 1 }
+  acl exact req.ssl_sni,lower,map(%s) -m found
+  acl wild req.ssl_sni,lower,map_end(%s) -m found
+  tcp-request content reject unless exact or wild
+  use_backend %%[req.ssl_sni,lower,map(%s)] if exact
+  use_backend %%[req.ssl_sni,lower,map_end(%s)] if wild
+`, s.Dir, s.Pass, exact, wild, exact, wild)
+	if s.Term != "" {
+		tm := filepath.Join(s.Dir, "term.map")
+		t := create(tm)
+		for _, r := range s.TermRoutes {
+			t.printf("%s %s\n", r.Host, beName(r.Backend))
+		}
+		if err := t.close(); err != nil {
+			return nil, err
+		}
+		w.printf(`
+frontend term
+  bind %s ssl crt %s
+  tcp-request content reject unless { ssl_fc_sni,lower,map(%s) -m found }
+  use_backend %%[ssl_fc_sni,lower,map(%s)]
+`, s.Term, s.TermCert.BundleFile, tm, tm)
+	}
+	for _, be := range backends(s.Routes, s.TermRoutes) {
+		w.printf("\nbackend %s\n  server s %s\n", beName(be), be)
+	}
+	if err := w.close(); err != nil {
+		return nil, err
+	}
+	return []string{binary, "-W", "-db", "-f", cfg}, nil
+}
+
+// --- nginx ---------------------------------------------------------------------------------
+
+func writeNginx(binary string, s Spec) ([]string, error) {
+	cfg := filepath.Join(s.Dir, "nginx.conf")
+	w := create(cfg)
+	w.printf(`load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+daemon off;
+worker_processes 1;
+worker_rlimit_nofile 20000;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 8000; }
+stream {
+  map_hash_max_size 262144;
+  map_hash_bucket_size 128;
+  map $ssl_preread_server_name $up {
+    hostnames;
+`, s.Dir)
+	for _, r := range s.Routes {
+		w.printf("    %s %s;\n", r.Host, r.Backend)
+	}
+	w.printf(`    default unix:%[1]s/reject.sock;
+  }
+  server { listen %[2]s; ssl_preread on; proxy_pass $up; proxy_half_close on; }
+  server { listen unix:%[1]s/reject.sock; return ""; }
+`, s.Dir, s.Pass)
+	if s.Term != "" {
+		w.printf("  map $ssl_server_name $termup {\n    hostnames;\n")
+		for _, r := range s.TermRoutes {
+			w.printf("    %s %s;\n", r.Host, r.Backend)
+		}
+		w.printf(`    default unix:%[1]s/reject.sock;
+  }
+  server {
+    listen %[2]s ssl;
+    ssl_certificate %[3]s;
+    ssl_certificate_key %[4]s;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    proxy_pass $termup;
+  }
+`, s.Dir, s.Term, s.TermCert.CertFile, s.TermCert.KeyFile)
+	}
+	w.printf("}\n")
+	if err := w.close(); err != nil {
+		return nil, err
+	}
+	return []string{binary, "-p", s.Dir, "-e", filepath.Join(s.Dir, "error.log"), "-c", cfg}, nil
+}
+
+// --- sniproxy ------------------------------------------------------------------------------
+
+func writeSniproxy(binary string, s Spec) ([]string, error) {
+	cfg := filepath.Join(s.Dir, "sniproxy.conf")
+	w := create(cfg)
+	host, port := splitAddr(s.Pass)
+	w.printf(`pidfile %[1]s/sniproxy.pid
+error_log {
+  filename %[1]s/error.log
+  priority notice
+}
+listener %[2]s:%[3]s {
+  protocol tls
+  table t
+}
+table t {
+`, s.Dir, host, port)
+	for _, r := range s.Routes {
+		var re string
+		if suffix, ok := strings.CutPrefix(r.Host, "*"); ok {
+			re = "^.+" + regexp.QuoteMeta(suffix) + "$"
+		} else {
+			re = "^" + regexp.QuoteMeta(r.Host) + "$"
+		}
+		bh, bp := splitAddr(r.Backend)
+		w.printf("  %s %s:%s\n", re, bh, bp)
+	}
+	w.printf("}\n")
+	if err := w.close(); err != nil {
+		return nil, err
+	}
+	return []string{binary, "-f", "-c", cfg}, nil
+}

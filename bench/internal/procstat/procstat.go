@@ -1,0 +1,157 @@
+// Package procstat reads a process tree's own accounting from /proc: CPU time from every
+// task's schedstat (independent of the load generator's speed), resident memory and open
+// file descriptors. Multi-process servers (an nginx master and its worker) are measured as
+// the sum over the tree.
+package procstat
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Tree returns pid and all its descendants.
+func Tree(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := ppid(p); ok {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+func ppid(pid int) (int, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// comm may hold spaces and parentheses: fields start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	p, err := strconv.Atoi(f[1])
+	return p, err == nil
+}
+
+// CPU returns the CPU time in nanoseconds that every task (thread) of pids has run: the
+// first field of /proc/PID/task/TID/schedstat. Tasks that already exited are lost, so
+// measure long-lived servers only.
+func CPU(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+		for _, t := range tasks {
+			b, err := os.ReadFile(t)
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(b))
+			if len(f) == 0 {
+				continue
+			}
+			v, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// RSS returns the summed VmRSS of pids in bytes.
+func RSS(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				f := strings.Fields(rest)
+				if len(f) > 0 {
+					kb, _ := strconv.ParseInt(f[0], 10, 64)
+					sum += kb << 10
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// PSS returns the summed proportional set size of pids in bytes: resident memory with pages
+// shared between processes (an nginx master and the worker it forked, holding the same route
+// map) counted once in all. Falls back to VmRSS where smaps_rollup is missing.
+func PSS(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		if err != nil {
+			sum += RSS([]int{pid})
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
+				f := strings.Fields(rest)
+				if len(f) > 0 {
+					kb, _ := strconv.ParseInt(f[0], 10, 64)
+					sum += kb << 10
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// FDs returns the summed number of open file descriptors of pids.
+func FDs(pids []int) int {
+	n := 0
+	for _, pid := range pids {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err == nil {
+			n += len(ents)
+		}
+	}
+	return n
+}
+
+// Pin sets the CPU affinity of every thread of pids (taskset -a -p).
+func Pin(pids []int, cpus string) error {
+	for _, pid := range pids {
+		out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("taskset %d: %v: %s", pid, err, out)
+		}
+	}
+	return nil
+}
+
+// Snapshot is CPU, memory and fds of a tree at one moment.
+type Snapshot struct {
+	CPUNanos int64
+	Mem      int64 // PSS
+	FDs      int
+}
+
+// Take measures the tree of pid.
+func Take(pid int) Snapshot {
+	t := Tree(pid)
+	return Snapshot{CPUNanos: CPU(t), Mem: PSS(t), FDs: FDs(t)}
+}

@@ -1,0 +1,247 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Test and metric names shared by the runner and the report.
+const (
+	TConns   = "conns"   // new connections
+	TBulk    = "bulk"    // one long download
+	TLatency = "latency" // 64-byte echo, all on one CPU
+	TIdle    = "idle"    // idle connections
+	TScale   = "scale"   // 100 000 routes
+	TTerm    = "term"    // TLS terminate
+	TPG      = "pg"      // pgbench
+
+	MCPU        = "cpu_us"        // proxy CPU µs per connection / handshake
+	MRate       = "rate"          // per second
+	MGBps       = "gbps"          // 10^9 bytes/s
+	MCPUGiB     = "cpu_s_gib"     // proxy CPU s per GiB
+	MP50        = "p50_us"        // µs
+	MP99        = "p99_us"        // µs
+	MAddP50     = "added_p50_us"  // minus direct, same round
+	MAddP99     = "added_p99_us"  // minus direct, same round
+	MRSSConn    = "rss_per_conn"  // bytes
+	MHeapConn   = "heap_per_conn" // bytes (snigate)
+	MFDConn     = "fds_per_conn"
+	MStart      = "start_s"        // process start to first connection to the last name
+	MRSSMB      = "rss_mb"         // resident memory with the large table, MB
+	MChangeFile = "change_file_ms" // snigate: file rename to first connection to the new name
+	MChangeHUP  = "change_hup_ms"  // snigate: file written + SIGHUP to first connection
+	MChange     = "change_ms"      // peers: config rewritten + reload signal to first connection
+	MCPULarge   = "cpu_us_large"   // CPU per connection with the large table
+	MCPUSmall   = "cpu_us_small"   // same round, the small table
+	MCPUDelta   = "cpu_delta_pct"  // large vs small, %
+	MFailed     = "reload_failed"  // failed connections across reloads
+	MReloadConn = "reload_conns"   // connections made across reloads
+	MReloads    = "reloads"        // reloads during the load
+	MTPS        = "tps"
+	MTPSRatio   = "tps_ratio" // snigate / direct, same round
+)
+
+// Peers are the proxies snigate is compared with.
+var Peers = []string{"haproxy", "nginx", "sniproxy"}
+
+// best returns the peer with the lowest (or highest) median of a metric.
+func (r *Results) best(test, name string, peers []string, lower bool) (string, float64, bool) {
+	bp, bv, found := "", 0.0, false
+	for _, p := range peers {
+		v, ok := r.Med(test, name, p)
+		if !ok {
+			continue
+		}
+		if !found || (lower && v < bv) || (!lower && v > bv) {
+			bp, bv, found = p, v, true
+		}
+	}
+	return bp, bv, found
+}
+
+// atMost builds a target "value ≤ limit".
+func atMost(area, goal string, v, limit float64, what string) Target {
+	t := Target{Area: area, Goal: goal, Known: true, Value: what, Ratio: v / limit, Met: v <= limit}
+	t.Margin = margin(v, limit, true)
+	return t
+}
+
+// atLeast builds a target "value ≥ limit".
+func atLeast(area, goal string, v, limit float64, what string) Target {
+	t := Target{Area: area, Goal: goal, Known: true, Value: what, Ratio: v / limit, Met: v >= limit}
+	t.Margin = margin(v, limit, false)
+	return t
+}
+
+func margin(v, limit float64, lowerIsBetter bool) string {
+	if limit == 0 {
+		return ""
+	}
+	d := (v - limit) / math.Abs(limit) * 100
+	met := (lowerIsBetter && v <= limit) || (!lowerIsBetter && v >= limit)
+	if met {
+		return fmt.Sprintf("met by %.0f %%", math.Abs(d))
+	}
+	return fmt.Sprintf("missed by %.0f %%", math.Abs(d))
+}
+
+func unknown(area, goal, why string) Target {
+	return Target{Area: area, Goal: goal, Value: why, Known: false, Ratio: math.NaN()}
+}
+
+// Evaluate fills r.Targets from the medians (call Summarize first).
+func (r *Results) Evaluate() {
+	var ts []Target
+	add := func(t Target) {
+		if math.IsNaN(t.Ratio) || math.IsInf(t.Ratio, 0) {
+			t.Ratio = 0
+		}
+		ts = append(ts, t)
+	}
+	s := "snigate"
+
+	// 1. New connections.
+	if v, ok := r.Med(TConns, MCPU, s); ok {
+		if n, ok := r.Med(TConns, MCPU, "nginx"); ok {
+			add(atMost("new connections", "proxy CPU per connection ≤ nginx's", v, n,
+				fmt.Sprintf("%.0f µs vs nginx %.0f µs (×%.2f)", v, n, v/n)))
+		}
+		if h, ok := r.Med(TConns, MCPU, "haproxy"); ok {
+			add(atMost("new connections", "proxy CPU per connection ≤ 0.8 × HAProxy's", v, 0.8*h,
+				fmt.Sprintf("%.0f µs vs HAProxy %.0f µs (×%.2f)", v, h, v/h)))
+		}
+	} else {
+		add(unknown("new connections", "proxy CPU per connection ≤ nginx's and ≤ 0.8 × HAProxy's", "not measured"))
+	}
+
+	// 2. Bulk.
+	if v, ok := r.Med(TBulk, MGBps, s); ok {
+		if d, ok := r.Med(TBulk, MGBps, "direct"); ok {
+			add(atLeast("bulk", "throughput ≥ 0.95 × direct", v, 0.95*d,
+				fmt.Sprintf("%.2f GB/s vs direct %.2f GB/s (×%.2f)", v, d, v/d)))
+		}
+	}
+	if v, ok := r.Med(TBulk, MCPUGiB, s); ok {
+		if p, b, ok := r.best(TBulk, MCPUGiB, Peers, true); ok {
+			add(atMost("bulk", "proxy CPU per GiB ≤ 0.6 × the best peer's", v, 0.6*b,
+				fmt.Sprintf("%.2f s vs %s %.2f s (×%.2f)", v, p, b, v/b)))
+		}
+	}
+
+	// 3. Latency.
+	for _, m := range []struct{ name, label string }{{MAddP50, "p50"}, {MAddP99, "p99"}} {
+		v, ok := r.Med(TLatency, m.name, s)
+		p, b, okp := r.best(TLatency, m.name, Peers, true)
+		if ok && okp {
+			add(atMost("latency", "added "+m.label+" ≤ the best peer's", v, b,
+				fmt.Sprintf("+%.0f µs vs %s +%.0f µs", v, p, b)))
+		}
+	}
+
+	// 4. Idle connections.
+	if v, ok := r.Med(TIdle, MRSSConn, s); ok {
+		if h, ok := r.Med(TIdle, MRSSConn, "haproxy"); ok {
+			add(atMost("idle connections", "memory per connection ≤ HAProxy's", v, h,
+				fmt.Sprintf("%.1f KB RSS vs HAProxy %.1f KB (×%.2f)", v/1024, h/1024, v/h)))
+		}
+	}
+	if v, ok := r.Med(TIdle, MFDConn, s); ok {
+		add(atMost("idle connections", "2 file descriptors per connection", v, 2, fmt.Sprintf("%.2f fds", v)))
+	}
+
+	// 5. Route scale.
+	if v, ok := r.Med(TScale, MStart, s); ok {
+		add(atMost("route scale", "serving within 0.3 s of start", v, 0.3, fmt.Sprintf("%.2f s", v)))
+	}
+	if v, ok := r.Med(TScale, MChangeFile, s); ok {
+		what := fmt.Sprintf("%.0f ms after the file is replaced", v)
+		if h, ok := r.Med(TScale, MChangeHUP, s); ok {
+			what += fmt.Sprintf(" (%.0f ms with SIGHUP)", h)
+		}
+		add(atMost("route scale", "a one-route change applied in ≤ 50 ms", v, 50, what))
+	}
+	if v, ok := r.Med(TScale, MCPUDelta, s); ok {
+		t := atMost("route scale", "CPU per connection within 5 % of the small table", math.Abs(v), 5,
+			fmt.Sprintf("%+.1f %% (median of per-round differences)", v))
+		t.Ratio = math.Abs(v) / 5
+		add(t)
+	}
+	if m := r.Get(TScale, MFailed, s); m != nil {
+		total := 0.0
+		for _, x := range m.Values {
+			total += x
+		}
+		conns := 0.0
+		if c := r.Get(TScale, MReloadConn, s); c != nil {
+			for _, x := range c.Values {
+				conns += x
+			}
+		}
+		t := Target{Area: "route scale", Goal: "zero failed connections across reloads", Known: true,
+			Met: total == 0, Ratio: total, Value: fmt.Sprintf("%.0f failed of %.0f", total, conns)}
+		if total == 0 {
+			t.Margin = "met"
+		} else {
+			t.Margin = fmt.Sprintf("missed: %.0f failed", total)
+		}
+		add(t)
+	}
+
+	// 6. Terminate.
+	if v, ok := r.Med(TTerm, MRate, s); ok {
+		if p, b, ok := r.best(TTerm, MRate, []string{"haproxy", "nginx"}, false); ok {
+			add(atLeast("terminate", "handshakes/s ≥ the best peer's", v, b,
+				fmt.Sprintf("%.0f/s vs %s %.0f/s (client-bound: see the capacity column)", v, p, b)))
+			if c, ok := r.Med(TTerm, MCPU, s); ok {
+				if pc, ok := r.Med(TTerm, MCPU, p); ok {
+					add(atMost("terminate", "CPU per handshake ≤ that peer's", c, pc,
+						fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f)", c, p, pc, c/pc)))
+				}
+			}
+		}
+	}
+
+	// 7. PostgreSQL.
+	if v, ok := r.Med(TPG, MTPSRatio, s); ok {
+		add(atLeast("PostgreSQL", "pgbench through the bridge ≥ 0.97 × direct TLS", v, 0.97,
+			fmt.Sprintf("×%.3f of direct", v)))
+	}
+
+	// 8. Micro-benchmarks.
+	for _, mb := range r.Micro {
+		low := strings.ToLower(mb.Name)
+		switch {
+		case strings.HasPrefix(low, "benchmarkparse/") && typicalHello(low):
+			t := atMost("micro", "ClientHello parse: 0 allocs, < 200 ns ("+mb.Name+")", mb.NsPerOp, 200,
+				fmt.Sprintf("%.0f ns, %.0f allocs", mb.NsPerOp, mb.AllocsPerOp))
+			t.Met = t.Met && mb.AllocsPerOp == 0
+			if mb.AllocsPerOp != 0 {
+				t.Margin += fmt.Sprintf("; %.0f allocs", mb.AllocsPerOp)
+			}
+			add(t)
+		case strings.Contains(low, "lookup"):
+			t := Target{Area: "micro", Goal: "route lookup: 0 allocs (" + mb.Name + ")", Known: true,
+				Met: mb.AllocsPerOp == 0, Ratio: mb.AllocsPerOp,
+				Value: fmt.Sprintf("%.0f ns, %.0f allocs", mb.NsPerOp, mb.AllocsPerOp)}
+			if t.Met {
+				t.Margin = "met"
+			} else {
+				t.Margin = fmt.Sprintf("missed: %.0f allocs", mb.AllocsPerOp)
+			}
+			add(t)
+		}
+	}
+	r.Targets = ts
+}
+
+// typicalHello selects the parse benchmarks of whole, typical ClientHellos (not the
+// split-record or incomplete cases, which the target does not cover).
+func typicalHello(name string) bool {
+	for _, s := range []string{"/go-tls13", "/openssl-sni", "/go-alpn-postgresql", "/openssl-alpn-postgresql"} {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	return false
+}
