@@ -1,0 +1,5 @@
+package pgwire
+
+import "syscall"
+
+var interrupt = syscall.SIGINT
