@@ -260,7 +260,11 @@ func sClient(t *testing.T, port int, waitFor string, args ...string) (string, in
 	exited := false
 	for !exited && (waitFor == "" || !strings.Contains(stdout.String(), waitFor)) {
 		if time.Now().After(deadline) {
-			t.Errorf("openssl s_client: no %q in its output within %v", waitFor, ioTimeout)
+			if waitFor == "" {
+				t.Errorf("openssl s_client still running after %v, want it to fail and exit", ioTimeout)
+			} else {
+				t.Errorf("openssl s_client: no %q in its output within %v", waitFor, ioTimeout)
+			}
 			break
 		}
 		select {

@@ -90,7 +90,8 @@ func startGateway(t *testing.T, dir string, args ...string) *gateway {
 	}
 }
 
-// stop ends the process if it still runs and prints its log when the test failed.
+// stop ends the process if it still runs, checks that it stopped cleanly (exit 0, no data
+// race reported by a -race binary) and prints its log when the test failed.
 func (g *gateway) stop() {
 	select {
 	case <-g.exited:
@@ -98,11 +99,17 @@ func (g *gateway) stop() {
 		g.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-g.exited:
+			if g.exitErr != nil {
+				g.t.Errorf("snigate exited with %v after SIGTERM, want exit 0", g.exitErr)
+			}
 		case <-time.After(waitTimeout):
 			g.t.Errorf("snigate did not exit within %v of SIGTERM; killing it", waitTimeout)
 			g.cmd.Process.Kill()
 			<-g.exited
 		}
+	}
+	if b, _ := os.ReadFile(g.log); bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+		g.t.Errorf("the race detector reported a data race in snigate")
 	}
 	if g.t.Failed() {
 		g.t.Logf("snigate log (%s):\n%s", g.log, g.logText())
