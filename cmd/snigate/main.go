@@ -1,0 +1,194 @@
+// Command snigate is an SNI-routing TLS gateway driven by Kubernetes Gateway API manifests.
+//
+//	snigate serve -f examples/quickstart      # serve the manifests in a folder (or file)
+//	snigate check -f examples/quickstart      # validate, print status and the routing table
+//	snigate echo --listen 127.0.0.1:9001 --name a --cert a.pem --key a-key.pem
+//
+// Run `snigate <command> -h` for the flags of each command.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/snigate/snigate/internal/admin"
+	"github.com/snigate/snigate/internal/echo"
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/standalone"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+const usage = `snigate: one IP, many TLS services, routed by SNI.
+
+Usage:
+  snigate serve -f PATH [flags]   serve Gateway API manifests from files
+  snigate check -f PATH           validate manifests, print status and routing table
+  snigate echo --listen ADDR      run a TLS or TCP echo backend for demos and tests
+  snigate version
+
+Run "snigate COMMAND -h" for a command's flags.
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "check":
+		var code int
+		code, err = check(os.Args[2:], os.Stdout)
+		if err == nil && code != 0 {
+			os.Exit(code)
+		}
+	case "echo":
+		err = runEcho(os.Args[2:])
+	case "version":
+		fmt.Println("snigate", version)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "snigate: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "snigate:", err)
+		os.Exit(1)
+	}
+}
+
+// pathsFlag collects repeated -f flags.
+type pathsFlag []string
+
+func (p *pathsFlag) String() string     { return strings.Join(*p, ",") }
+func (p *pathsFlag) Set(v string) error { *p = append(*p, v); return nil }
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be json or text, not %q", format)
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var paths pathsFlag
+	fs.Var(&paths, "f", "manifest file or folder (repeatable)")
+	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status (empty disables)")
+	bind := fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses")
+	helloTimeout := fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello")
+	helloMax := fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello")
+	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout")
+	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
+	keepAlive := fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish")
+	accessLog := fs.Bool("access-log", true, "log one line per connection")
+	logFormat := fs.String("log-format", "text", "log format: json or text")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(paths) == 0 {
+		return fmt.Errorf("serve: -f PATH is required")
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	m := metrics.New()
+	p := proxy.New(proxy.Options{
+		HelloTimeout: *helloTimeout, HelloMaxBytes: *helloMax, DialTimeout: *dialTimeout,
+		IdleTimeout: *idleTimeout, KeepAlive: *keepAlive, AccessLog: *accessLog,
+		Metrics: m, Logger: log,
+	})
+	r := standalone.New(standalone.Config{
+		Paths: paths, Proxy: p, Metrics: m, Logger: log,
+		Translate: translate.Options{DefaultBindAddress: *bind},
+	})
+	if err := r.Load(); err != nil {
+		return err
+	}
+	if *adminAddr != "" {
+		ln, err := net.Listen("tcp", *adminAddr)
+		if err != nil {
+			return fmt.Errorf("--admin: %w", err)
+		}
+		srv := admin.New(m, r.State)
+		defer srv.Close()
+		go srv.Serve(ln)
+		log.Info("admin listening", "address", ln.Addr().String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reload := make(chan struct{}, 1)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- r.Watch(ctx, reload) }()
+	for {
+		select {
+		case err := <-watchErr:
+			if err != nil {
+				return err
+			}
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				select {
+				case reload <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			log.Info("shutting down: draining connections", "signal", s.String(), "timeout", *drain)
+			cancel()
+			dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+			err := p.Shutdown(dctx)
+			dcancel()
+			if err != nil {
+				log.Warn("drain timeout reached; closed remaining connections")
+			}
+			log.Info("stopped")
+			return nil
+		}
+	}
+}
+
+func runEcho(args []string) error {
+	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:9001", "address to listen on")
+	name := fs.String("name", "echo", "name to answer with")
+	cert := fs.String("cert", "", "PEM certificate file (TLS when set)")
+	key := fs.String("key", "", "PEM key file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return echo.Run(ctx, *listen, *name, *cert, *key)
+}
+

@@ -1,0 +1,496 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/snigate/snigate/internal/snapshot"
+)
+
+// Reject reasons, as they appear in logs and in the reason label of
+// snigate_rejected_connections_total.
+const (
+	reasonNoSNI        = "no_sni"
+	reasonUnknownSNI   = "unknown_sni"
+	reasonNotTLS       = "not_tls"
+	reasonMalformed    = "malformed_hello"
+	reasonTimeout      = "hello_timeout"
+	reasonTooLarge     = "hello_too_large"
+	reasonClientGone   = "client_closed"
+	reasonNoBackend    = "no_backend"
+	reasonDialFailed   = "dial_failed"
+	reasonLimit        = "limit"
+	reasonHandshake    = "tls_handshake_failed"
+	reasonBackendNoTLS = "backend_refused_tls"
+)
+
+// helloBufs holds the buffers ClientHellos are read into. A buffer lives only until the
+// connection is routed, so a busy proxy needs few of them.
+var helloBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
+
+// conn is the state of one proxied connection.
+type conn struct {
+	p      *Proxy
+	pl     *portListener
+	client *net.TCPConn
+	start  time.Time
+
+	backendMu sync.Mutex
+	backend   *net.TCPConn
+	tlsConn   *tls.Conn
+
+	negotiation string
+	// pgBridge makes the backend side do PostgreSQL's SSLRequest exchange before the
+	// ClientHello is written (see package pgwire).
+	pgBridge bool
+	// pgTracked is set while the connection counts for plaintext cancel routing.
+	pgTracked netip.AddrPort
+	// helloBuf is the pooled buffer the preamble was read into; it goes back to the pool
+	// as soon as its bytes were handed on, so idle connections hold no buffer.
+	helloBuf     *[]byte
+	sni          string
+	listener     string
+	route        string
+	backendName  string
+	endpoint     string
+	endpointAddr netip.AddrPort
+	in, out      int64 // client→backend, backend→client
+	lastActive   atomic.Int64
+}
+
+func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPConn) {
+	c := &conn{p: p, pl: pl, client: client, start: time.Now(), negotiation: "tls"}
+	p.connMu.Lock()
+	p.connSet[c] = struct{}{}
+	p.connMu.Unlock()
+	active := p.m.Active.WithLabelValues(pl.addr)
+	active.Inc()
+	defer func() {
+		active.Dec()
+		p.connMu.Lock()
+		delete(p.connSet, c)
+		p.connMu.Unlock()
+		pl.active.Add(-1)
+		p.conns.Done()
+	}()
+
+	if port.Protocol == snapshot.ProtocolTCP {
+		c.negotiation = "tcp"
+		c.forward(port.TCP, nil)
+		return
+	}
+
+	c.helloBuf = helloBufs.Get().(*[]byte)
+	defer c.releaseHello()
+	pre, reason := c.readPreamble(*c.helloBuf)
+	if reason != "" {
+		p.reject(pl.addr, client, reason, c.sni, c.start, c.negotiation)
+		return
+	}
+	if pre.cancel != nil {
+		c.forwardCancel(pre.cancel)
+		return
+	}
+	var sniBuf [snapshot.MaxHostnameLen]byte
+	sni, ok := snapshot.NormalizeSNI(sniBuf[:], pre.hello.SNI)
+	if !ok {
+		p.reject(pl.addr, client, reasonNoSNI, "", c.start, c.negotiation)
+		return
+	}
+	c.sni = string(sni)
+	l, r := port.Lookup(sni)
+	if l == nil || r == nil {
+		p.reject(pl.addr, client, reasonUnknownSNI, c.sni, c.start, c.negotiation)
+		return
+	}
+	c.listener = l.Name
+	p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
+
+	switch l.Mode {
+	case snapshot.ModeTerminate:
+		c.terminate(l, r, pre.buf)
+	default:
+		c.pgBridge = pre.pgSSL
+		c.forward(l, r, pre.buf)
+	}
+}
+
+func (c *conn) releaseHello() {
+	if c.helloBuf != nil {
+		helloBufs.Put(c.helloBuf)
+		c.helloBuf = nil
+	}
+}
+
+// reject closes a connection without writing a byte, and counts and logs why.
+func (p *Proxy) reject(addr string, c *net.TCPConn, reason, sni string, start time.Time, negotiation string) {
+	c.Close()
+	p.m.Rejected.WithLabelValues(reason).Inc()
+	p.m.Connections.WithLabelValues(addr, "", "", negotiation, reason).Inc()
+	if p.opts.AccessLog {
+		p.log.Info("connection rejected", "client", c.RemoteAddr().String(), "address", addr,
+			"negotiation", negotiation, "sni", sni, "outcome", reason,
+			"duration", time.Since(start))
+	}
+}
+
+// pick chooses a weighted backend of r, or nil when the connection must be rejected.
+func pick(r *snapshot.Route) *snapshot.Backend {
+	if r == nil || r.TotalWeight <= 0 {
+		return nil
+	}
+	return r.Pick(rand.Int64N(r.TotalWeight))
+}
+
+// dial connects to an endpoint of b, starting at a random one and trying the next on
+// failure; endpoints that keep failing are skipped while others remain.
+func (c *conn) dial(b *snapshot.Backend) (*net.TCPConn, error) {
+	p := c.p
+	eps := b.Endpoints
+	n := len(eps)
+	start := rand.IntN(n)
+	now := time.Now()
+	var lastErr error
+	for pass := 0; pass < 2; pass++ {
+		for i := 0; i < n; i++ {
+			ep := eps[(start+i)%n]
+			ej := p.health.ejected(ep, now)
+			if (pass == 0 && ej) || (pass == 1 && !ej) {
+				continue
+			}
+			bc, err := c.dialOne(ep)
+			if err == nil {
+				c.endpoint = ep.String()
+				c.endpointAddr = ep
+				return bc, nil
+			}
+			lastErr = err
+			if p.health.failed(ep, time.Now()) {
+				p.log.Warn("backend endpoint ejected", "backend", b.Name, "endpoint", ep.String(),
+					"for", p.opts.EjectFor, "error", err)
+			}
+		}
+	}
+	return nil, lastErr
+}
+
+func (c *conn) dialOne(ep netip.AddrPort) (*net.TCPConn, error) {
+	t := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), c.p.opts.DialTimeout)
+	defer cancel()
+	nc, err := c.p.dialer.DialContext(ctx, "tcp", ep.String())
+	if err != nil {
+		c.p.m.DialSeconds.WithLabelValues("error").Observe(time.Since(t).Seconds())
+		return nil, err
+	}
+	c.p.m.DialSeconds.WithLabelValues("ok").Observe(time.Since(t).Seconds())
+	c.p.health.succeeded(ep)
+	return nc.(*net.TCPConn), nil
+}
+
+// connectBackend picks and dials a backend of r, recording names for logs. It returns a
+// reject reason on failure.
+func (c *conn) connectBackend(r *snapshot.Route) (*net.TCPConn, string) {
+	c.route = r.Name
+	b := pick(r)
+	if b == nil {
+		return nil, reasonNoBackend
+	}
+	c.backendName = b.Name
+	bc, err := c.dial(b)
+	if err != nil {
+		c.p.log.Warn("backend unreachable", "route", r.Name, "backend", b.Name, "error", err)
+		return nil, reasonDialFailed
+	}
+	c.setBackend(bc)
+	return bc, ""
+}
+
+func (c *conn) setBackend(bc *net.TCPConn) {
+	c.backendMu.Lock()
+	c.backend = bc
+	c.backendMu.Unlock()
+}
+
+// forward connects l's route (or r) to a backend, writes the bytes already read, and splices
+// both ways.
+func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface ...[]byte) {
+	if r == nil {
+		r = l.Route
+	}
+	c.listener = l.Name
+	bc, reason := c.connectBackend(r)
+	if reason != "" {
+		c.p.reject(c.pl.addr, c.client, reason, c.sni, c.start, c.negotiation)
+		return
+	}
+	if c.pgBridge {
+		if err := c.pgSSLExchange(bc); err != nil {
+			c.p.log.Warn("postgres backend refused TLS", "route", r.Name, "endpoint", c.endpoint, "error", err)
+			c.finish(reasonBackendNoTLS)
+			return
+		}
+		if ip, ok := netipAddr(c.client.RemoteAddr()); ok {
+			c.pl.pg.add(ip, c.endpointAddr)
+			defer c.pl.pg.remove(ip, c.endpointAddr)
+		}
+	}
+	for _, b := range preface {
+		if len(b) == 0 {
+			continue
+		}
+		if _, err := bc.Write(b); err != nil {
+			c.finish("backend_write_failed")
+			return
+		}
+		c.in += int64(len(b))
+	}
+	c.releaseHello()
+	outcome := c.pipe(c.client, bc, l.Mode == snapshot.ModePassthrough)
+	c.finish(outcome)
+}
+
+// terminate completes the TLS handshake with the listener's certificate, replaying the
+// ClientHello bytes already read, then forwards the plaintext.
+func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) {
+	pc := &prefixConn{TCPConn: c.client, prefix: hello}
+	tc := tls.Server(pc, l.TLS)
+	c.backendMu.Lock()
+	c.tlsConn = tc
+	c.backendMu.Unlock()
+	c.client.SetDeadline(c.start.Add(c.p.opts.HelloTimeout))
+	if err := tc.Handshake(); err != nil {
+		// crypto/tls has answered with an alert where the protocol calls for one: this
+		// listener terminates TLS, so its handshake errors are the client's to read. (An SNI
+		// with a trailing dot, which RFC 6066 forbids, ends here with decode_error: it is
+		// routed, but Go's TLS server refuses it.)
+		c.route = r.Name
+		c.p.log.Debug("tls handshake failed", "sni", c.sni, "error", err)
+		c.finish(reasonHandshake)
+		return
+	}
+	c.client.SetDeadline(time.Time{})
+	c.releaseHello()
+	bc, reason := c.connectBackend(r)
+	if reason != "" {
+		// The handshake is done: closing is all that is left. No application data was sent.
+		tc.Close()
+		c.p.m.Rejected.WithLabelValues(reason).Inc()
+		c.finish(reason)
+		return
+	}
+	c.pipeTLS(tc, bc)
+	c.finish("ok")
+}
+
+// finish closes both sides and writes the access log line and metrics.
+func (c *conn) finish(outcome string) {
+	c.closeAll()
+	p := c.p
+	p.m.Connections.WithLabelValues(c.pl.addr, c.listener, c.route, c.negotiation, outcome).Inc()
+	if c.route != "" {
+		p.m.Bytes.WithLabelValues(c.route, "client_to_backend").Add(float64(c.in))
+		p.m.Bytes.WithLabelValues(c.route, "backend_to_client").Add(float64(c.out))
+	}
+	if p.opts.AccessLog {
+		p.log.Info("connection", "client", c.client.RemoteAddr().String(), "address", c.pl.addr,
+			"listener", c.listener, "negotiation", c.negotiation, "sni", c.sni, "route", c.route,
+			"backend", c.backendName, "endpoint", c.endpoint, "bytes_in", c.in, "bytes_out", c.out,
+			"duration", time.Since(c.start), "outcome", outcome)
+	}
+}
+
+func (c *conn) closeAll() {
+	c.backendMu.Lock()
+	defer c.backendMu.Unlock()
+	if c.tlsConn != nil {
+		c.tlsConn.Close()
+	}
+	c.client.Close()
+	if c.backend != nil {
+		c.backend.Close()
+	}
+}
+
+// pipe copies both ways between two raw TCP connections until both directions are done,
+// and returns the connection's outcome. io.Copy between two *net.TCPConn uses splice(2): the
+// bytes never enter user space. A clean EOF on one side is passed on as a half-close; an
+// error on either side ends both.
+//
+// With expectTLS, the backend's first bytes are checked before anything reaches the client:
+// a backend that does not answer a ClientHello with a TLS record (a MySQL or MariaDB greeting,
+// a plaintext server) is reported instead of handing the client bytes it cannot parse.
+func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) string {
+	c.touch()
+	done := make(chan struct{})
+	go func() {
+		var n int64
+		var err error
+		if c.p.opts.IdleTimeout > 0 {
+			n, err = c.copyIdle(backend, client)
+		} else {
+			n, err = io.Copy(backend, client)
+		}
+		c.in += n
+		if err != nil {
+			c.closeAll()
+		} else {
+			backend.CloseWrite()
+		}
+		close(done)
+	}()
+	outcome := "ok"
+	if expectTLS {
+		if o := c.checkBackendTLS(client, backend); o != "" {
+			outcome = o
+			c.closeAll()
+			<-done
+			return outcome
+		}
+	}
+	var n int64
+	var err error
+	if c.p.opts.IdleTimeout > 0 {
+		n, err = c.copyIdle(client, backend)
+	} else {
+		n, err = io.Copy(client, backend)
+	}
+	c.out += n
+	if err != nil {
+		c.closeAll()
+	} else {
+		client.CloseWrite()
+	}
+	<-done
+	return outcome
+}
+
+const reasonBackendNotTLS = "backend_not_tls"
+
+// checkBackendTLS reads the backend's first bytes and forwards them when they start a TLS
+// record (handshake or alert). It returns a non-empty outcome when the connection must end.
+func (c *conn) checkBackendTLS(client, backend *net.TCPConn) string {
+	var first [512]byte
+	if c.p.opts.IdleTimeout > 0 {
+		backend.SetReadDeadline(time.Now().Add(c.p.opts.IdleTimeout))
+	}
+	n, err := backend.Read(first[:])
+	backend.SetReadDeadline(time.Time{})
+	if n == 0 {
+		if err == io.EOF || err == nil {
+			client.CloseWrite()
+			return ""
+		}
+		return "backend_read_failed"
+	}
+	if first[0] != 0x16 && first[0] != 0x15 {
+		c.p.log.Warn("backend did not answer with TLS; a server-speaks-first protocol (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose it on a TCP listener with a TCPRoute",
+			"route", c.route, "backend", c.backendName, "endpoint", c.endpoint, "firstByte", quoteByte(first[0]))
+		return reasonBackendNotTLS
+	}
+	w, werr := client.Write(first[:n])
+	c.out += int64(w)
+	if werr != nil {
+		return "client_write_failed"
+	}
+	return ""
+}
+
+// copyIdle copies src to dst in user space with a read deadline that moves with activity
+// in either direction: the connection ends after IdleTimeout without a byte either way.
+func (c *conn) copyIdle(dst, src *net.TCPConn) (int64, error) {
+	idle := c.p.opts.IdleTimeout
+	var total int64
+	for {
+		src.SetReadDeadline(time.Now().Add(idle))
+		n, err := copyBuf(dst, src, c.touch)
+		total += n
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			if time.Since(time.Unix(0, c.lastActive.Load())) < idle {
+				continue
+			}
+		}
+		return total, err
+	}
+}
+
+func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
+
+// pipeTLS copies between a terminated TLS client and a plain backend, through pooled
+// buffers (splice cannot help: the bytes must pass through crypto/tls).
+func (c *conn) pipeTLS(client *tls.Conn, backend *net.TCPConn) {
+	done := make(chan struct{})
+	go func() {
+		n, err := copyBuf(backend, client, nil)
+		c.in += n
+		if err != nil {
+			c.closeAll()
+		} else {
+			backend.CloseWrite()
+		}
+		close(done)
+	}()
+	n, err := copyBuf(client, backend, nil)
+	c.out += n
+	if err != nil {
+		c.closeAll()
+	} else {
+		client.CloseWrite()
+	}
+	<-done
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyBuf copies src to dst through a pooled buffer. touch, when set, is called after every
+// read, for idle tracking. It returns nil at EOF.
+func copyBuf(dst io.Writer, src io.Reader, touch func()) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var total int64
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if touch != nil {
+				touch()
+			}
+			w, werr := dst.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				return total, nil
+			}
+			return total, err
+		}
+	}
+}
+
+// prefixConn replays bytes already read from a connection before reading it further: it
+// lets crypto/tls see the ClientHello the proxy consumed for routing.
+type prefixConn struct {
+	*net.TCPConn
+	prefix []byte
+}
+
+func (pc *prefixConn) Read(b []byte) (int, error) {
+	if len(pc.prefix) > 0 {
+		n := copy(b, pc.prefix)
+		pc.prefix = pc.prefix[n:]
+		return n, nil
+	}
+	return pc.TCPConn.Read(b)
+}

@@ -1,0 +1,299 @@
+// Package proxy is snigate's data plane: it binds one socket per port of the serving
+// snapshot, reads each connection's ClientHello, routes it by SNI and forwards it to a
+// backend, either untouched (passthrough, spliced by the kernel) or decrypted (terminate).
+//
+// The proxy reads only snapshots (package snapshot) and imports no Gateway API types.
+//
+//	p := proxy.New(proxy.Options{Metrics: metrics.New(), Logger: slog.Default()})
+//	if err := p.Apply(snap); err != nil { ... } // binds new ports, swaps the table, closes old ports
+//	...
+//	p.Shutdown(ctx) // stop accepting, drain open connections until ctx ends
+//
+// Lifecycle of Apply, in order: (1) every port of the new snapshot that is not bound yet is
+// bound; if one fails, the ports bound by this call are closed again and the error is
+// returned: the previous snapshot keeps serving untouched. (2) The new snapshot is swapped in
+// with one atomic store; every connection accepted from then on routes with it. (3) Ports
+// that the new snapshot no longer has stop accepting. Established connections never look at
+// a snapshot again after they were routed, so they keep flowing to their backend whatever
+// the new snapshot says.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/snapshot"
+)
+
+// Options tunes the data plane. Zero values take the defaults in the comments.
+type Options struct {
+	// HelloTimeout bounds the time from accept until the ClientHello is complete (10 s).
+	HelloTimeout time.Duration
+	// HelloMaxBytes caps the bytes read while waiting for the ClientHello (64 KiB).
+	HelloMaxBytes int
+	// DialTimeout bounds one connect to a backend endpoint (5 s).
+	DialTimeout time.Duration
+	// IdleTimeout closes a proxied connection after this long without bytes in either
+	// direction. 0 (the default) disables it: database sessions stay idle for hours. A
+	// non-zero value forces user-space copying, since splice(2) cannot observe idleness.
+	IdleTimeout time.Duration
+	// KeepAlive is the TCP keepalive idle time on both sides (30 s); negative disables it.
+	KeepAlive time.Duration
+	// EjectAfter consecutive dial failures take an endpoint out of rotation for EjectFor
+	// (3 failures, 10 s).
+	EjectAfter int
+	EjectFor   time.Duration
+	// AccessLog writes one log line per connection when true.
+	AccessLog bool
+
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.HelloTimeout <= 0 {
+		o.HelloTimeout = 10 * time.Second
+	}
+	if o.HelloMaxBytes <= 0 {
+		o.HelloMaxBytes = 64 << 10
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = 30 * time.Second
+	}
+	if o.EjectAfter <= 0 {
+		o.EjectAfter = 3
+	}
+	if o.EjectFor <= 0 {
+		o.EjectFor = 10 * time.Second
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Proxy is the data plane. Its methods are safe for concurrent use.
+type Proxy struct {
+	opts   Options
+	log    *slog.Logger
+	m      *metrics.Metrics
+	snap   atomic.Pointer[snapshot.Snapshot]
+	health health
+	dialer net.Dialer
+
+	mu        sync.Mutex // guards listeners, closing; serialises Apply and Shutdown
+	listeners map[string]*portListener
+	closing   bool
+
+	conns     sync.WaitGroup
+	connMu    sync.Mutex
+	connSet   map[*conn]struct{}
+	draining  atomic.Bool
+	idleCheck time.Duration
+}
+
+// New returns a proxy serving nothing until the first Apply.
+func New(opts Options) *Proxy {
+	opts.setDefaults()
+	p := &Proxy{
+		opts:      opts,
+		log:       opts.Logger,
+		m:         opts.Metrics,
+		listeners: map[string]*portListener{},
+		connSet:   map[*conn]struct{}{},
+	}
+	p.health.init(opts.EjectAfter, opts.EjectFor)
+	p.dialer = net.Dialer{Timeout: opts.DialTimeout, KeepAliveConfig: keepAliveConfig(opts.KeepAlive)}
+	if opts.KeepAlive < 0 {
+		p.dialer.KeepAlive = -1
+	}
+	return p
+}
+
+func keepAliveConfig(d time.Duration) net.KeepAliveConfig {
+	if d < 0 {
+		return net.KeepAliveConfig{Enable: false}
+	}
+	return net.KeepAliveConfig{Enable: true, Idle: d, Interval: d / 2, Count: 4}
+}
+
+// Snapshot returns the snapshot being served, or nil before the first Apply.
+func (p *Proxy) Snapshot() *snapshot.Snapshot { return p.snap.Load() }
+
+// Addrs returns the bound addresses, for logs and tests.
+func (p *Proxy) Addrs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.listeners))
+	for a := range p.listeners {
+		out = append(out, a)
+	}
+	return out
+}
+
+// Apply makes s the serving snapshot. On error nothing changed.
+func (p *Proxy) Apply(s *snapshot.Snapshot) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return errors.New("proxy is shutting down")
+	}
+	var opened []*portListener
+	for _, port := range s.Ports {
+		if _, ok := p.listeners[port.Address]; ok {
+			continue
+		}
+		pl, err := p.listen(port.Address)
+		if err != nil {
+			for _, o := range opened {
+				o.ln.Close()
+			}
+			return &BindError{Address: port.Address, Listener: firstListenerName(port), Err: err}
+		}
+		opened = append(opened, pl)
+	}
+	for _, pl := range opened {
+		p.listeners[pl.addr] = pl
+	}
+	p.snap.Store(s)
+	for addr, pl := range p.listeners {
+		if s.Port(addr) == nil {
+			pl.ln.Close()
+			delete(p.listeners, addr)
+			p.log.Info("port closed", "address", addr)
+		}
+	}
+	for _, pl := range opened {
+		p.log.Info("port opened", "address", pl.addr)
+		go p.serve(pl)
+	}
+	return nil
+}
+
+// BindError says which listener's socket could not be bound.
+type BindError struct {
+	Address  string
+	Listener string // "namespace/gateway/listener"
+	Err      error
+}
+
+func (e *BindError) Error() string {
+	return fmt.Sprintf("listener %s: cannot bind %s: %v", e.Listener, e.Address, e.Err)
+}
+
+func (e *BindError) Unwrap() error { return e.Err }
+
+func firstListenerName(p *snapshot.Port) string {
+	if p.TCP != nil {
+		return p.TCP.Name
+	}
+	for _, e := range p.Listeners.Entries() {
+		return e.Value.Name
+	}
+	return "?"
+}
+
+// Shutdown stops accepting on every port, then waits for open connections to finish until
+// ctx is done, then closes the rest. It returns ctx.Err() when it had to cut connections.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	for addr, pl := range p.listeners {
+		pl.ln.Close()
+		delete(p.listeners, addr)
+	}
+	p.mu.Unlock()
+	p.draining.Store(true)
+
+	done := make(chan struct{})
+	go func() { p.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		p.connMu.Lock()
+		for c := range p.connSet {
+			c.closeAll()
+		}
+		p.connMu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+type portListener struct {
+	addr   string
+	ln     *net.TCPListener
+	active atomic.Int64
+	pg     pgTracker
+}
+
+func (p *Proxy) listen(addr string) (*portListener, error) {
+	lc := net.ListenConfig{
+		// Keepalive is configured once on the listening socket, which accepted sockets
+		// inherit on Linux, instead of four setsockopt calls per accepted connection.
+		KeepAlive: -1,
+		Control: func(network, address string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) { serr = setListenerSockopts(int(fd), p.opts.KeepAlive) })
+			if err != nil {
+				return err
+			}
+			return serr
+		},
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &portListener{addr: addr, ln: ln.(*net.TCPListener)}, nil
+}
+
+func (p *Proxy) serve(pl *portListener) {
+	var tempDelay time.Duration
+	for {
+		c, err := pl.ln.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and similar: back off instead of spinning.
+			if tempDelay == 0 {
+				tempDelay = 5 * time.Millisecond
+			} else if tempDelay *= 2; tempDelay > time.Second {
+				tempDelay = time.Second
+			}
+			p.log.Warn("accept failed", "address", pl.addr, "error", err)
+			time.Sleep(tempDelay)
+			continue
+		}
+		tempDelay = 0
+		port := p.snap.Load().Port(pl.addr)
+		if port == nil {
+			c.SetLinger(0)
+			c.Close()
+			continue
+		}
+		n := pl.active.Add(1)
+		if port.MaxConnections > 0 && n > int64(port.MaxConnections) {
+			pl.active.Add(-1)
+			p.reject(pl.addr, c, "limit", "", time.Now(), "")
+			continue
+		}
+		p.conns.Add(1)
+		go p.handle(pl, port, c)
+	}
+}

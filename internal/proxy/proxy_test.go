@@ -1,0 +1,366 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/snapshot"
+)
+
+// selfSigned returns a certificate for names, for in-process TLS backends.
+func selfSigned(t *testing.T, names ...string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// backend starts a TLS (cert set) or plain echo server that first writes its name.
+func backend(t *testing.T, name string, cert *tls.Certificate) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				if cert != nil {
+					tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
+					if tc.Handshake() != nil {
+						return
+					}
+					c = tc
+				}
+				io.WriteString(c, name+"\n")
+				io.Copy(c, c)
+				if cw, ok := c.(interface{ CloseWrite() error }); ok {
+					cw.CloseWrite()
+				}
+			}(c)
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func tlsPort(addr string, listeners map[string]*snapshot.Listener) *snapshot.Port {
+	p := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTLS}
+	for h, l := range listeners {
+		p.Listeners.Add(h, l)
+	}
+	return p
+}
+
+func passthrough(name string, routes map[string]*snapshot.Route) *snapshot.Listener {
+	l := &snapshot.Listener{Name: name, Mode: snapshot.ModePassthrough}
+	for h, r := range routes {
+		l.Routes.Add(h, r)
+	}
+	return l
+}
+
+func route(name string, eps ...netip.AddrPort) *snapshot.Route {
+	return snapshot.NewRoute(name, []snapshot.Backend{{Name: name, Weight: 1, Endpoints: eps}})
+}
+
+func newProxy(t *testing.T) *Proxy {
+	t.Helper()
+	p := New(Options{Metrics: metrics.New(), HelloTimeout: 2 * time.Second, DialTimeout: time.Second, AccessLog: true, Logger: testLogger(t)})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		p.Shutdown(ctx)
+	})
+	return p
+}
+
+func dialTLS(t *testing.T, addr, sni string) (*tls.Conn, string, error) {
+	t.Helper()
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
+	if err != nil {
+		return nil, "", err
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		c.Close()
+		return nil, "", err
+	}
+	return c, strings.TrimSpace(line), nil
+}
+
+// assertClosedSilently checks that the proxy closed conn without sending a byte.
+func assertClosedSilently(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if len(b) != 0 {
+		t.Fatalf("proxy sent %d bytes (%q), want none", len(b), b)
+	}
+	if err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("want EOF or reset, got %v", err)
+	}
+}
+
+func TestPassthroughRoutesBySNIAndPortBoundary(t *testing.T) {
+	ca, cb := selfSigned(t, "a.test"), selfSigned(t, "b.test")
+	ea, eb := backend(t, "A", &ca), backend(t, "B", &cb)
+	p := newProxy(t)
+	addr1, addr2 := freeAddr(t), freeAddr(t)
+	snap := snapshot.New(1, []*snapshot.Port{
+		tlsPort(addr1, map[string]*snapshot.Listener{"": passthrough("gw/one", map[string]*snapshot.Route{
+			"a.test": route("a", ea), "*.b.test": route("b", eb)})}),
+		tlsPort(addr2, map[string]*snapshot.Listener{"": passthrough("gw/two", map[string]*snapshot.Route{
+			"b.test": route("b", eb)})}),
+	})
+	if err := p.Apply(snap); err != nil {
+		t.Fatal(err)
+	}
+	for sni, want := range map[string]string{"a.test": "A", "A.TEST": "A", "x.b.test": "B"} {
+		c, got, err := dialTLS(t, addr1, sni)
+		if err != nil {
+			t.Fatalf("%s: %v", sni, err)
+		}
+		if got != want {
+			t.Errorf("%s reached %q, want %q", sni, got, want)
+		}
+		if sni == "a.test" && c.ConnectionState().PeerCertificates[0].SerialNumber.Cmp(ca.Leaf.SerialNumber) != 0 {
+			t.Errorf("passthrough: client did not see the backend's certificate")
+		}
+		c.Close()
+	}
+	// a.test is only routed on the first port.
+	raw, err := net.Dial("tcp", addr2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go tls.Client(raw, &tls.Config{ServerName: "a.test", InsecureSkipVerify: true}).Handshake()
+	assertClosedSilently(t, raw)
+}
+
+func TestFailClosed(t *testing.T) {
+	ca := selfSigned(t, "a.test")
+	ea := backend(t, "A", &ca)
+	p := New(Options{Metrics: metrics.New(), HelloTimeout: 300 * time.Millisecond, HelloMaxBytes: 4096, Logger: testLogger(t)})
+	defer p.Shutdown(context.Background())
+	addr := freeAddr(t)
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
+		"": passthrough("gw/l", map[string]*snapshot.Route{"a.test": route("a", ea)})})})); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(c net.Conn){
+		"garbage": func(c net.Conn) { io.WriteString(c, "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n") },
+		"no sni": func(c net.Conn) {
+			go tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake()
+		},
+		"unknown sni": func(c net.Conn) {
+			go tls.Client(c, &tls.Config{ServerName: "zzz.test", InsecureSkipVerify: true}).Handshake()
+		},
+		"slow": func(c net.Conn) { c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01}) },
+		"oversized": func(c net.Conn) {
+			// A record header announcing a 16 KiB handshake fragment, then filler.
+			c.Write([]byte{0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0x3f, 0xfc})
+			c.Write(make([]byte, 8000))
+		},
+	}
+	for name, send := range cases {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			send(c)
+			assertClosedSilently(t, c)
+		})
+	}
+}
+
+func TestReloadKeepsEstablishedConnections(t *testing.T) {
+	ca, cb := selfSigned(t, "a.test"), selfSigned(t, "b.test")
+	ea, eb := backend(t, "A", &ca), backend(t, "B", &cb)
+	p := newProxy(t)
+	addr := freeAddr(t)
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
+		"": passthrough("gw/l", map[string]*snapshot.Route{"a.test": route("a", ea)})})})); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := dialTLS(t, addr, "a.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The new snapshot drops a.test and adds b.test on the same port, plus a new port.
+	addr2 := freeAddr(t)
+	if err := p.Apply(snapshot.New(2, []*snapshot.Port{
+		tlsPort(addr, map[string]*snapshot.Listener{"": passthrough("gw/l", map[string]*snapshot.Route{"b.test": route("b", eb)})}),
+		tlsPort(addr2, map[string]*snapshot.Listener{"": passthrough("gw/l2", map[string]*snapshot.Route{"b.test": route("b", eb)})}),
+	})); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "still here\n")
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "still here\n" {
+		t.Fatalf("established connection broken by reload: %q, %v", line, err)
+	}
+	for _, a := range []string{addr, addr2} {
+		if _, got, err := dialTLS(t, a, "b.test"); err != nil || got != "B" {
+			t.Fatalf("new route on %s: %q, %v", a, got, err)
+		}
+	}
+	// A snapshot whose port cannot be bound changes nothing.
+	busy, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer busy.Close()
+	err = p.Apply(snapshot.New(3, []*snapshot.Port{tlsPort(busy.Addr().String(), nil)}))
+	if err == nil {
+		t.Fatal("Apply with an unbindable port succeeded")
+	}
+	if p.Snapshot().Generation != 2 {
+		t.Fatal("failed Apply replaced the snapshot")
+	}
+	if _, got, err := dialTLS(t, addr, "b.test"); err != nil || got != "B" {
+		t.Fatalf("after failed apply: %q, %v", got, err)
+	}
+}
+
+func TestTerminateAndHalfClose(t *testing.T) {
+	plain := backend(t, "P", nil)
+	lc := selfSigned(t, "t.test")
+	p := newProxy(t)
+	addr := freeAddr(t)
+	l := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
+		TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{lc}}}
+	l.Routes.Add("t.test", route("t", plain))
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{"t.test": l})})); err != nil {
+		t.Fatal(err)
+	}
+	c, got, err := dialTLS(t, addr, "t.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got != "P" {
+		t.Fatalf("reached %q", got)
+	}
+	if c.ConnectionState().PeerCertificates[0].SerialNumber.Cmp(lc.Leaf.SerialNumber) != 0 {
+		t.Fatal("terminate: client did not see the listener's certificate")
+	}
+	io.WriteString(c, "ping")
+	c.CloseWrite()
+	rest, err := io.ReadAll(c)
+	if err != nil || string(rest) != "ping" {
+		t.Fatalf("after half-close: %q, %v", rest, err)
+	}
+}
+
+func TestTCPListenerAndWeights(t *testing.T) {
+	ea, eb := backend(t, "A", nil), backend(t, "B", nil)
+	p := newProxy(t)
+	addr := freeAddr(t)
+	r := snapshot.NewRoute("w", []snapshot.Backend{
+		{Name: "a", Weight: 3, Endpoints: []netip.AddrPort{ea}},
+		{Name: "b", Weight: 1, Endpoints: []netip.AddrPort{eb}},
+		{Name: "zero", Weight: 0, Endpoints: []netip.AddrPort{eb}},
+	})
+	port := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTCP, TCP: &snapshot.Listener{Name: "gw/tcp", Route: r}}
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for i := 0; i < 400; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[strings.TrimSpace(line)]++
+	}
+	// 3:1 over 400 connections: B's share is 100 on average, sd ≈ 8.7.
+	if counts["B"] < 55 || counts["B"] > 145 {
+		t.Fatalf("weights 3:1 gave %v", counts)
+	}
+}
+
+func TestDialFailoverAndEjection(t *testing.T) {
+	ca := selfSigned(t, "a.test")
+	good := backend(t, "A", &ca)
+	dead := netip.MustParseAddrPort(freeAddr(t)) // nothing listens there
+	p := newProxy(t)
+	addr := freeAddr(t)
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
+		"": passthrough("gw/l", map[string]*snapshot.Route{"a.test": route("a", dead, good)})})})); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		c, got, err := dialTLS(t, addr, "a.test")
+		if err != nil || got != "A" {
+			t.Fatalf("connection %d: %q, %v", i, got, err)
+		}
+		c.Close()
+	}
+	if !p.health.ejected(dead, time.Now()) {
+		t.Fatal("an endpoint that keeps refusing connections was not ejected")
+	}
+}
+
+// testLogger sends the proxy's logs to t.Log, so they show only for failing tests.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
