@@ -191,4 +191,3 @@ func runEcho(args []string) error {
 	defer stop()
 	return echo.Run(ctx, *listen, *name, *cert, *key)
 }
-
