@@ -18,7 +18,6 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/snigate/snigate/bench/internal/backend"
 	"github.com/snigate/snigate/bench/internal/wire"
 )
 
@@ -50,13 +50,13 @@ func main() {
 		return ln
 	}
 	if *echoAddr != "" {
-		go serve(listen(*echoAddr), handleEcho)
+		go backend.Serve(listen(*echoAddr), backend.Echo)
 	}
 	if *bulkAddr != "" {
-		go serve(listen(*bulkAddr), handleBulk)
+		go backend.Serve(listen(*bulkAddr), backend.Bulk)
 	}
 	if *plainAddr != "" {
-		go serve(listen(*plainAddr), handlePlain)
+		go backend.Serve(listen(*plainAddr), backend.Plain)
 	}
 	if *tlsAddr != "" {
 		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
@@ -64,7 +64,7 @@ func main() {
 			log.Fatal(err)
 		}
 		cfg := &tls.Config{Certificates: []tls.Certificate{cert}}
-		go serve(tls.NewListener(listen(*tlsAddr), cfg), handlePlain)
+		go backend.Serve(tls.NewListener(listen(*tlsAddr), cfg), backend.Plain)
 	}
 	fmt.Println("ready")
 
@@ -75,82 +75,4 @@ func main() {
 	case <-time.After(*maxLife):
 		log.Print("max lifetime reached")
 	}
-}
-
-func serve(ln net.Listener, h func(net.Conn)) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
-			}
-			log.Printf("accept: %v", err)
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		go func() {
-			defer c.Close()
-			h(c)
-		}()
-	}
-}
-
-var flight = wire.Flight()
-
-func handleEcho(c net.Conn) {
-	buf := make([]byte, 4096)
-	if _, err := wire.ReadRecord(c, buf); err != nil {
-		return
-	}
-	if _, err := c.Write(flight); err != nil {
-		return
-	}
-	echo(c, buf)
-}
-
-func handlePlain(c net.Conn) { echo(c, make([]byte, 4096)) }
-
-func echo(c net.Conn, buf []byte) {
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// bulkData is what the bulk port sends: 256 KB written again and again, starting with a TLS
-// flight as a real server's answer does.
-var bulkData = func() []byte {
-	b := make([]byte, 256<<10)
-	copy(b, wire.Flight())
-	return b
-}()
-
-func handleBulk(c net.Conn) {
-	buf := make([]byte, 4096)
-	if _, err := wire.ReadRecord(c, buf); err != nil {
-		return
-	}
-	if _, err := io.ReadFull(c, buf[:8]); err != nil {
-		return
-	}
-	n := wire.ParseBulkRequest(buf[:8])
-	for n > 0 {
-		chunk := bulkData
-		if int64(len(chunk)) > n {
-			chunk = chunk[:n]
-		}
-		w, err := c.Write(chunk)
-		n -= int64(w)
-		if err != nil {
-			return
-		}
-	}
-	io.Copy(io.Discard, c) // until the client closes
 }

@@ -105,7 +105,7 @@ func main() {
 	chartLink := flag.String("chart-link", "", "the chart's path as the Markdown links it")
 	notes := flag.String("notes", "", "hand-written notes appended to the Markdown")
 	verbose := flag.Bool("v", false, "log every value as it is measured")
-	only := flag.String("only", "", "comma-separated tests to run (default all): conns,bulk,latency,term,idle,scale,pg,micro")
+	only := flag.String("only", "", "comma-separated tests to run (default all): conns,bulk,latency,term,idle,scale,pg,syscalls,micro")
 	flag.Parse()
 
 	e := &env{p: full, mode: "full", rounds: 5, repo: *repo, start: time.Now(), proxies: map[string]*instance{}}
@@ -136,7 +136,7 @@ func main() {
 		Params: map[string]any{
 			"concurrency": e.p.Conc, "connsN": e.p.ConnsN, "latencyN": e.p.LatencyN, "idleN": e.p.IdleN,
 			"termN": e.p.TermN, "bulkBytes": fmtBytes(e.p.BulkBytes), "scaleExact": e.p.ScaleExact,
-			"scaleWild": e.p.ScaleWild, "pgbenchArgs": pgbenchArgsText(e.p), "benchtime": e.p.Benchtime,
+			"scaleWild": e.p.ScaleWild, "pgbenchArgs": pgbenchArgsText(e.p), "pgScale": e.p.PGClients, "syscallsN": e.p.ConnsN / 6, "benchtime": e.p.Benchtime,
 		},
 	}
 
@@ -158,6 +158,9 @@ func main() {
 		e.res.Error(fmt.Errorf("setup: %w", err))
 	} else {
 		e.runRounds(want)
+		if want("syscalls") && !e.overBudget("syscalls") {
+			e.syscalls()
+		}
 	}
 	e.stopAll()
 	if want("micro") && e.p.Benchtime != "" {
@@ -225,12 +228,18 @@ func (e *env) stopAll() {
 		go func() { defer wg.Done(); p.Stop() }()
 	}
 	wg.Wait()
-	if e.pg != nil {
-		os.RemoveAll(e.pg.Dir)
+	if e.work == "" {
+		return
 	}
-	if e.work != "" {
-		os.RemoveAll(e.work)
+	if len(e.res.Errors) > 0 {
+		// Keep the configurations and logs of a failed run.
+		if e.pg != nil {
+			os.RemoveAll(filepath.Join(e.pg.Dir, "data"))
+		}
+		log.Printf("errors: the configurations and logs are kept in %s", e.work)
+		return
 	}
+	os.RemoveAll(e.work)
 }
 
 // overBudget reports whether the run has used its time; later work is skipped.

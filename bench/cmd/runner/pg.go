@@ -13,11 +13,23 @@ import (
 	"github.com/snigate/snigate/bench/internal/report"
 )
 
-func pgbenchArgs(p params) []string {
-	return []string{"-n", "-S", "-c", strconv.Itoa(p.PGClients), "-j", "2", "-T", strconv.Itoa(p.PGSeconds)}
+// pgScripts are the pgbench workloads: the default TPC-B-like script (seven statements per
+// transaction, writes) and select-only (-S: one query per transaction, the harder case for
+// a proxy since every transaction is one round trip through it).
+var pgScripts = []struct{ name, flag, tps, ratio string }{
+	{"tpcb", "", report.MTPS, report.MTPSRatio},
+	{"select", "-S", report.MTPSSelect, report.MTPSRatioSelect},
 }
 
-func pgbenchArgsText(p params) string { return strings.Join(pgbenchArgs(p), " ") }
+func pgbenchArgs(p params, flag string) []string {
+	a := []string{"-n", "-c", strconv.Itoa(p.PGClients), "-j", "2", "-T", strconv.Itoa(p.PGSeconds)}
+	if flag != "" {
+		a = append(a, flag)
+	}
+	return a
+}
+
+func pgbenchArgsText(p params) string { return strings.Join(pgbenchArgs(p, "[-S]"), " ") }
 
 var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
@@ -30,33 +42,35 @@ func (e *env) pgRound(r int) {
 	if sg == nil || sg.proc == nil {
 		return
 	}
-	got := map[string]float64{}
-	for _, t := range rotate([]string{"direct", "snigate"}, r) {
-		port := e.pg.Port
-		if t == "snigate" {
-			port, _ = strconv.Atoi(sg.spec.Pass[strings.LastIndexByte(sg.spec.Pass, ':')+1:])
+	for _, sc := range pgScripts {
+		got := map[string]float64{}
+		for _, t := range rotate([]string{"direct", "snigate"}, r) {
+			port := e.pg.Port
+			if t == "snigate" {
+				port, _ = strconv.Atoi(sg.spec.Pass[strings.LastIndexByte(sg.spec.Pass, ':')+1:])
+			}
+			tps, err := e.pgbench(port, sc.flag)
+			if err != nil {
+				e.res.Error(fmt.Errorf("pgbench %s %s: %w", sc.name, t, err))
+				continue
+			}
+			got[t] = tps
+			e.res.Add(report.TPG, sc.tps, t, "tps", tps)
 		}
-		tps, err := e.pgbench(port)
-		if err != nil {
-			e.res.Error(fmt.Errorf("pgbench %s: %w", t, err))
-			continue
+		if d, s := got["direct"], got["snigate"]; d > 0 && s > 0 {
+			e.res.Add(report.TPG, sc.ratio, "snigate", "ratio", s/d)
 		}
-		got[t] = tps
-		e.res.Add(report.TPG, report.MTPS, t, "tps", tps)
-	}
-	if d, s := got["direct"], got["snigate"]; d > 0 && s > 0 {
-		e.res.Add(report.TPG, report.MTPSRatio, "snigate", "ratio", s/d)
 	}
 }
 
-func (e *env) pgbench(port int) (float64, error) {
+func (e *env) pgbench(port int, flag string) (float64, error) {
 	bin, err := pgsrv.Pgbench()
 	if err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(e.p.PGSeconds+60)*time.Second)
 	defer cancel()
-	args := append([]string{"-c", "0", bin}, pgbenchArgs(e.p)...)
+	args := append([]string{"-c", "0", bin}, pgbenchArgs(e.p, flag)...)
 	args = append(args, pgsrv.ConnString(sniPG, "127.0.0.1", port))
 	out, err := exec.CommandContext(ctx, "taskset", args...).CombinedOutput()
 	if err != nil {

@@ -78,7 +78,7 @@ func (e *env) setup(want func(string) bool) error {
 		}
 		e.pg = pg
 		e.track(pg.Proc)
-		if err := pg.Init(1); err != nil {
+		if err := pg.Init(e.p.PGClients); err != nil {
 			return fmt.Errorf("pgbench -i: %w", err)
 		}
 	}
@@ -229,7 +229,8 @@ func metric(admin, name string) (float64, error) {
 
 // statusGeneration reads "generation" from snigate's /status, and the size of the answer.
 func statusGeneration(admin string) (gen uint64, size int, err error) {
-	resp, err := httpc.Get("http://" + admin + "/status")
+	// With 100 000 routes the answer is tens of megabytes: allow time.
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Get("http://" + admin + "/status")
 	if err != nil {
 		return 0, 0, err
 	}

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -179,10 +180,13 @@ func (r *Results) Markdown(chart, notes string) string {
 	}
 	w("\n")
 
-	w("## 7. PostgreSQL\n\n`pgbench %v` against a private PostgreSQL with ssl=on, directly over TLS\n", r.Params["pgbenchArgs"])
+	w("## 7. PostgreSQL\n\n`pgbench %v` (scale %v, fsync off) against a private PostgreSQL with ssl=on, directly over TLS\n", r.Params["pgbenchArgs"], r.Params["pgScale"])
 	w("and through snigate (the client's SSLRequest answered by snigate, which routes on the SNI of the\n")
 	w("ClientHello and does the SSLRequest exchange toward the server).\n\n")
-	r.table(&b, TPG, []col{{"transactions/s", MTPS, 1, 0, false}, {"÷ direct, same round", MTPSRatio, 1, 3, false}}, Order)
+	r.table(&b, TPG, []col{{"TPC-B-like: transactions/s", MTPS, 1, 0, false}, {"÷ direct, same round", MTPSRatio, 1, 3, false},
+		{"select only (-S): transactions/s", MTPSSelect, 1, 0, false}, {"÷ direct, same round", MTPSRatioSelect, 1, 3, false}}, Order)
+
+	r.syscallTable(&b)
 
 	if len(r.Micro) > 0 {
 		w("## Micro-benchmarks\n\n`go test -bench` on CPU 0 (one run, %v each).\n\n", r.Params["benchtime"])
@@ -225,4 +229,59 @@ func (r *Results) WriteMarkdown(path, chart, notesFile string) error {
 		}
 	}
 	return os.WriteFile(path, []byte(r.Markdown(chart, notes)), 0o644)
+}
+
+// syscallTable shows system calls per new connection, one column per proxy.
+func (r *Results) syscallTable(b *strings.Builder) {
+	var kinds []string
+	for _, t := range Order {
+		if r.has(TSyscalls, t) {
+			kinds = append(kinds, t)
+		}
+	}
+	if len(kinds) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## System calls per new connection\n\n`strace -c -f` attached to each proxy during %v connections (not timed;\n", r.Params["syscallsN"])
+	b.WriteString("runtime sleeps and futexes left out).\n\n| syscall |")
+	for _, k := range kinds {
+		b.WriteString(" " + k + " |")
+	}
+	b.WriteString("\n|---|")
+	for range kinds {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	// Rows: every syscall that some proxy makes at least 0.5 times per connection, by
+	// snigate's count first.
+	seen := map[string]float64{}
+	for _, m := range r.Metrics {
+		if m.Test == TSyscalls && m.Name != MTotal && m.Median >= 0.5 {
+			seen[m.Name] = max(seen[m.Name], m.Median)
+		}
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, _ := r.Med(TSyscalls, names[i], "snigate")
+		c, _ := r.Med(TSyscalls, names[j], "snigate")
+		if a != c {
+			return a > c
+		}
+		return names[i] < names[j]
+	})
+	for _, n := range append(names, MTotal) {
+		label := n
+		if n == MTotal {
+			label = "**all**"
+		}
+		b.WriteString("| " + label + " |")
+		for _, k := range kinds {
+			b.WriteString(" " + r.cell(TSyscalls, n, k, 1, 1) + " |")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
 }

@@ -1,0 +1,59 @@
+package load
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/snigate/snigate/bench/internal/backend"
+	"github.com/snigate/snigate/bench/internal/wire"
+)
+
+func serve(t *testing.T, h func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go backend.Serve(ln, h)
+	return ln.Addr().String()
+}
+
+// The client operations against the in-process backends: what the runner's "direct" rows do.
+func TestOperationsDirect(t *testing.T) {
+	hello, err := wire.ClientHello("echo.bench.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := serve(t, backend.Echo)
+	bulk := serve(t, backend.Bulk)
+
+	r := Conns(echo, hello, 200, 8, 10*time.Second)
+	if r.OK != 200 || r.Failed != 0 {
+		t.Fatalf("conns: %+v", r)
+	}
+	b, err := Bulk(bulk, hello, 8<<20)
+	if err != nil || b.Bytes != 8<<20 {
+		t.Fatalf("bulk: %+v %v", b, err)
+	}
+	l, err := Latency(echo, hello, 200, 10)
+	if err != nil || l.N != 200 || l.P50 <= 0 || l.P99 < l.P50 || l.Max < l.P99 {
+		t.Fatalf("latency: %+v %v", l, err)
+	}
+	conns, err := OpenIdle(echo, hello, 50, 8)
+	if err != nil || len(conns) != 50 {
+		t.Fatalf("idle: %d %v", len(conns), err)
+	}
+	CloseAll(conns)
+}
+
+func TestConnsCountsFailures(t *testing.T) {
+	// A server that closes at once: every connection fails, none hangs.
+	addr := serve(t, func(c net.Conn) {})
+	hello, _ := wire.ClientHello("x.test")
+	r := Conns(addr, hello, 20, 4, 10*time.Second)
+	if r.OK != 0 || r.Failed != 20 || len(r.Errors) == 0 {
+		t.Fatalf("%+v", r)
+	}
+}

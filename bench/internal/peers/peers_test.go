@@ -1,0 +1,85 @@
+package peers
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/snigate/snigate/bench/internal/pki"
+)
+
+func spec(t *testing.T, dir string) Spec {
+	ca, err := pki.NewCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(dir, "term", "term.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Spec{
+		Dir: filepath.Join(dir, "cfg"), Pass: "127.0.0.1:18443", Term: "127.0.0.1:18444", Admin: "127.0.0.1:18445",
+		Routes: []Route{
+			{Host: "a.test", Backend: "127.0.0.1:19001"},
+			{Host: "b.test", Backend: "127.0.0.1:19002"},
+			{Host: "*.w.test", Backend: "127.0.0.1:19001"},
+		},
+		TermRoutes: []Route{{Host: "term.test", Backend: "127.0.0.1:19003"}},
+		TermCert:   leaf,
+	}
+}
+
+// Every generator writes a configuration; where the peer is installed, the peer accepts it.
+func TestConfigsAreAccepted(t *testing.T) {
+	for _, kind := range Kinds {
+		t.Run(kind, func(t *testing.T) {
+			s := spec(t, t.TempDir())
+			if kind == "sniproxy" {
+				s.Term = ""
+			}
+			argv, err := Write(kind, "", s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var check []string
+			switch kind {
+			case "haproxy":
+				check = append([]string{"haproxy", "-c"}, argv[1:]...)
+			case "nginx":
+				check = append([]string{"nginx", "-t"}, argv[1:]...)
+			case "snigate":
+				b, _ := os.ReadFile(filepath.Join(s.Dir, "routes.yaml"))
+				if strings.Count(string(b), "kind: TLSRoute") != 2 || !strings.Contains(string(b), `"*.w.test"`) {
+					t.Fatalf("routes.yaml:\n%s", b)
+				}
+				return
+			default:
+				return // sniproxy has no check mode
+			}
+			if _, err := exec.LookPath(check[0]); err != nil || os.Getuid() != 0 {
+				t.Skipf("%s not installed or not root", check[0])
+			}
+			if out, err := exec.Command(check[0], check[1:]...).CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v\n%s", check, err, out)
+			}
+		})
+	}
+}
+
+func TestRoutesCutIntoSixteens(t *testing.T) {
+	dir := t.TempDir()
+	var rs []Route
+	for i := range 40 {
+		rs = append(rs, Route{Host: "h" + string(rune('a'+i%26)) + ".test", Backend: "127.0.0.1:1"})
+	}
+	p := filepath.Join(dir, "r.yaml")
+	if err := WriteSnigateRoutes(p, "x", "pass", rs); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	if n := strings.Count(string(b), "kind: TLSRoute"); n != 3 {
+		t.Fatalf("%d routes for 40 names, want 3", n)
+	}
+}

@@ -1,0 +1,79 @@
+package report
+
+import (
+	"encoding/xml"
+	"io"
+	"math"
+	"strings"
+	"testing"
+)
+
+func sample() *Results {
+	r := &Results{Mode: "full", Rounds: 3, Date: "2026-11-29T23:00:00Z", Machine: Machine{NProc: 2, CPU: "Test CPU", Kernel: "6.1"}}
+	for i, v := range []float64{100, 90, 110} {
+		r.Add(TConns, MCPU, "snigate", "µs", v)
+		r.Add(TConns, MCPU, "nginx", "µs", 80+float64(i))
+		r.Add(TConns, MCPU, "haproxy", "µs", 120)
+		r.Add(TIdle, MFDConn, "snigate", "fds", 2)
+		r.Add(TScale, MFailed, "snigate", "conns", 0)
+		r.Add(TPG, MTPSRatio, "snigate", "ratio", 0.98)
+	}
+	r.Add(TConns, MCPU, "sniproxy", "µs", math.NaN()) // dropped
+	r.Micro = []Micro{{Name: "BenchmarkParse/go-tls13", NsPerOp: 150}, {Name: "BenchmarkLookup/exact/1", AllocsPerOp: 1}}
+	r.Summarize()
+	r.Evaluate()
+	return r
+}
+
+func TestMedianAndTargets(t *testing.T) {
+	r := sample()
+	if m := r.Get(TConns, MCPU, "snigate"); m.Median != 100 || m.Min != 90 || m.Max != 110 {
+		t.Fatalf("%+v", m)
+	}
+	if Median([]float64{4, 1, 3, 2}) != 2.5 {
+		t.Fatal("even median")
+	}
+	if r.Get(TConns, MCPU, "sniproxy") != nil {
+		t.Fatal("NaN recorded")
+	}
+	want := map[string]bool{
+		"proxy CPU per connection ≤ nginx's":                              false, // 100 vs 81
+		"proxy CPU per connection ≤ 0.8 × HAProxy's":                      false, // 100 vs 96
+		"2 file descriptors per connection":                               true,
+		"zero failed connections across reloads":                          true,
+		"pgbench through the bridge ≥ 0.97 × direct TLS":                  true,
+		"ClientHello parse: 0 allocs, < 200 ns (BenchmarkParse/go-tls13)": true,
+		"route lookup: 0 allocs (BenchmarkLookup/exact/1)":                false,
+	}
+	for _, tg := range r.Targets {
+		if w, ok := want[tg.Goal]; ok {
+			if tg.Met != w {
+				t.Errorf("%s: met=%v, want %v (%s)", tg.Goal, tg.Met, w, tg.Margin)
+			}
+			delete(want, tg.Goal)
+		}
+	}
+	for g := range want {
+		t.Errorf("target %q not evaluated", g)
+	}
+}
+
+func TestMarkdownAndSVG(t *testing.T) {
+	r := sample()
+	md := r.Markdown("chart.svg", "## Notes\n\nhand-written")
+	for _, s := range []string{"# Performance", "## Targets", "| snigate | 100 (90–110) |", "hand-written", "Test CPU"} {
+		if !strings.Contains(md, strings.TrimSpace(s)) {
+			t.Errorf("markdown lacks %q", s)
+		}
+	}
+	d := xml.NewDecoder(strings.NewReader(r.SVG()))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
+	}
+}
