@@ -5,12 +5,18 @@
 # Needs the packages of scripts/install-test-deps.sh (run it once as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-unformatted=$(gofmt -l cmd internal e2e 2>/dev/null || true)
+unformatted=$(gofmt -l cmd internal e2e bench 2>/dev/null || true)
 if [ -n "$unformatted" ]; then
   echo "gofmt needed on:"; echo "$unformatted"; exit 1
 fi
 go vet ./...
-# Short fuzzing of each parser of network bytes (the seed corpus always runs in go test).
-go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 10s ./internal/clienthello/
+# Short fuzzing of each parser of network or file bytes (their seed corpora always run in
+# go test below). FUZZTIME=60s scripts/test.sh fuzzes longer.
+fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "${FUZZTIME:-8s}" -fuzzminimizetime 5s "$2"; }
+fuzz FuzzParse ./internal/clienthello/
+fuzz FuzzStdlib ./internal/clienthello/
+fuzz FuzzClassify ./internal/pgwire/
+fuzz FuzzParseCancel ./internal/pgwire/
+fuzz FuzzDecode ./internal/source/file/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 go test -race -count=1 -timeout 20m ./...

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// runCheck runs `snigate check -f path` and returns its output and exit code.
+func runCheck(t *testing.T, path string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(snigateBin, "check", "-f", path).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	t.Fatalf("snigate check: %v", err)
+	return "", -1
+}
+
+func TestCheckQuickstart(t *testing.T) {
+	needBinary(t)
+	_, file, _, _ := runtime.Caller(0)
+	out, code := runCheck(t, filepath.Join(filepath.Dir(file), "..", "examples", "quickstart"))
+	if code != 0 {
+		t.Fatalf("check of the quickstart exited %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"Gateway default/demo",
+		"Accepted=True (Accepted)",
+		"attachedRoutes=2",
+		"127.0.0.1:8443 TLS",
+		"alpha.demo.test -> TLSRoute/default/alpha",
+		"default/alpha:9443 weight=1 [127.0.0.1:9101]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCheckReportsProblems(t *testing.T) {
+	needBinary(t)
+	ports := freePorts(t, 1)
+	dir := configDir(t)
+	// A route to a Service that does not exist: accepted, but ResolvedRefs=False.
+	writeFile(t, dir, "gw.yaml", docs(gatewayYAML(passthrough("tls", ports[0], "")),
+		routeYAML("route-a", "tls", []string{"a.test"}, to("missing"))))
+	out, code := runCheck(t, dir)
+	if code != 1 {
+		t.Fatalf("check exited %d, want 1:\n%s", code, out)
+	}
+	if !strings.Contains(out, "ResolvedRefs=False (BackendNotFound)") {
+		t.Errorf("check output does not show the unresolved backend:\n%s", out)
+	}
+
+	// Invalid input: the error names the file, the object and the field.
+	writeFile(t, dir, "gw.yaml", docs(gatewayYAML(passthrough("tls", ports[0], "")),
+		routeYAML("route-a", "tls", []string{"not a hostname!"}, to("missing"))))
+	out, code = runCheck(t, dir)
+	if code != 1 {
+		t.Fatalf("check of invalid input exited %d, want 1:\n%s", code, out)
+	}
+	for _, want := range []string{"gw.yaml", "TLSRoute default/route-a", "spec.hostnames[0]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check error lacks %q:\n%s", want, out)
+		}
+	}
+}

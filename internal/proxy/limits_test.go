@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/snapshot"
+)
+
+func TestMaxConnectionsPerPort(t *testing.T) {
+	ea := backend(t, "A", nil)
+	p := newProxy(t)
+	addr := freeAddr(t)
+	port := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTCP, MaxConnections: 2,
+		TCP: &snapshot.Listener{Name: "gw/tcp", Route: route("a", ea)}}
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
+		t.Fatal(err)
+	}
+	open := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	var held []net.Conn
+	for i := 0; i < 2; i++ {
+		c, r := open()
+		if line, err := r.ReadString('\n'); err != nil || line != "A\n" {
+			t.Fatalf("connection %d under the limit: %q, %v", i, line, err)
+		}
+		held = append(held, c)
+	}
+	// The third concurrent connection is over the cap: closed without a byte.
+	c, _ := open()
+	assertClosedSilently(t, c)
+	c.Close()
+	// Closing one frees a slot.
+	held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, r := open()
+		line, err := r.ReadString('\n')
+		c.Close()
+		if err == nil && line == "A\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a slot freed by a closed connection never became usable")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	held[1].Close()
+}
+
+func TestIdleTimeout(t *testing.T) {
+	ea := backend(t, "A", nil)
+	p := New(Options{Metrics: metrics.New(), IdleTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
+	t.Cleanup(func() { p.Shutdown(t.Context()) })
+	addr := freeAddr(t)
+	port := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTCP,
+		TCP: &snapshot.Listener{Name: "gw/tcp", Route: snapshot.NewRoute("a", []snapshot.Backend{{Name: "a", Weight: 1, Endpoints: []netip.AddrPort{ea}}})}}
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	// Activity within the timeout keeps the connection open.
+	for i := 0; i < 4; i++ {
+		time.Sleep(150 * time.Millisecond)
+		io.WriteString(c, "x\n")
+		if line, err := r.ReadString('\n'); err != nil || line != "x\n" {
+			t.Fatalf("active connection cut: %q, %v", line, err)
+		}
+	}
+	// Silence longer than the timeout closes it.
+	start := time.Now()
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("idle connection still open")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("idle connection closed after %v, want about 300ms", d)
+	}
+}
