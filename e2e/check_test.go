@@ -45,6 +45,21 @@ func TestCheckQuickstart(t *testing.T) {
 	}
 }
 
+// The README's database example must stay valid.
+func TestCheckPostgresExample(t *testing.T) {
+	needBinary(t)
+	_, file, _, _ := runtime.Caller(0)
+	out, code := runCheck(t, filepath.Join(filepath.Dir(file), "..", "examples", "postgres"))
+	if code != 0 {
+		t.Fatalf("check of examples/postgres exited %d:\n%s", code, out)
+	}
+	for _, want := range []string{"orders.db.example.com -> TLSRoute/default/orders", "billing.db.example.com -> TLSRoute/default/billing"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestCheckReportsProblems(t *testing.T) {
 	needBinary(t)
 	ports := freePorts(t, 1)
