@@ -23,6 +23,30 @@ type ListenerDescription struct {
 	Mode     Mode               `json:"mode,omitempty"`
 	Certs    []string           `json:"certificates,omitempty"`
 	Routes   []RouteDescription `json:"routes"`
+	// HTTP lists, for HTTP and HTTPS listeners, the hostnames and their matches in
+	// precedence order.
+	HTTP []HTTPHostDescription `json:"http,omitempty"`
+}
+
+// HTTPHostDescription describes the matches served for one hostname pattern.
+type HTTPHostDescription struct {
+	Hostname string                 `json:"hostname,omitempty"`
+	Matches  []HTTPMatchDescription `json:"matches"`
+}
+
+// HTTPMatchDescription describes one match and the rule it leads to.
+type HTTPMatchDescription struct {
+	// Path is "Exact /a" or "PathPrefix /".
+	Path            string               `json:"path"`
+	Method          string               `json:"method,omitempty"`
+	Headers         []NameValue          `json:"headers,omitempty"`
+	Query           []NameValue          `json:"query,omitempty"`
+	Route           string               `json:"route"`
+	Rule            int                  `json:"rule"`
+	RequestHeaders  *HeaderModifier      `json:"requestHeaders,omitempty"`
+	ResponseHeaders *HeaderModifier      `json:"responseHeaders,omitempty"`
+	Redirect        *Redirect            `json:"redirect,omitempty"`
+	Backends        []BackendDescription `json:"backends,omitempty"`
 }
 
 // RouteDescription describes a route reached through one hostname pattern.
@@ -73,6 +97,24 @@ func describeListener(host string, l *Listener) ListenerDescription {
 	}
 	for _, e := range l.Routes.Entries() {
 		ld.Routes = append(ld.Routes, describeRoute(e.Pattern, e.Value))
+	}
+	if l.HTTP != nil {
+		ld.HTTP = []HTTPHostDescription{}
+		for _, e := range l.HTTP.Hosts.Entries() {
+			hd := HTTPHostDescription{Hostname: e.Pattern, Matches: []HTTPMatchDescription{}}
+			for _, m := range e.Value.Matches {
+				md := HTTPMatchDescription{
+					Path: string(m.PathType) + " " + m.Path, Method: m.Method, Headers: m.Headers, Query: m.Query,
+					Route: m.Rule.Route, Rule: m.Rule.Index,
+					RequestHeaders: m.Rule.RequestHeaders, ResponseHeaders: m.Rule.ResponseHeaders, Redirect: m.Rule.Redirect,
+				}
+				if m.Rule.Backends != nil {
+					md.Backends = describeRoute("", m.Rule.Backends).Backends
+				}
+				hd.Matches = append(hd.Matches, md)
+			}
+			ld.HTTP = append(ld.HTTP, hd)
+		}
 	}
 	return ld
 }

@@ -30,6 +30,8 @@ const (
 	ProtocolTLS Protocol = "TLS"
 	// ProtocolTCP forwards every connection on the port to one route's backends.
 	ProtocolTCP Protocol = "TCP"
+	// ProtocolHTTP serves plain HTTP: the Host header of each request selects the listener.
+	ProtocolHTTP Protocol = "HTTP"
 )
 
 // Mode is what a TLS listener does with the TLS stream.
@@ -77,7 +79,9 @@ type Port struct {
 	Port    int32
 	// Protocol selects SNI dispatch (TLS) or whole-port forwarding (TCP).
 	Protocol Protocol
-	// Listeners maps a listener hostname to a listener; only for ProtocolTLS.
+	// Listeners maps a listener hostname to a listener; for ProtocolTLS and ProtocolHTTP.
+	// On a TLS port all listeners share this one table whatever they do (passthrough,
+	// terminate, HTTPS), so a more specific hostname always wins the SNI.
 	Listeners HostTable[*Listener]
 	// TCP is the listener of a ProtocolTCP port.
 	TCP *Listener
@@ -111,6 +115,9 @@ type Listener struct {
 	Routes HostTable[*Route]
 	// Route is the single route of a TCP listener.
 	Route *Route
+	// HTTP is set for HTTP listeners and HTTPS listeners (Mode Terminate, TLS set): the
+	// connection, after the TLS handshake for HTTPS, is served by an HTTP server.
+	HTTP *HTTPTable
 }
 
 // Route is one attached route with its weighted backends.

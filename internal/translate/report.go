@@ -2,6 +2,7 @@ package translate
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -52,6 +53,9 @@ func (r *Result) Problems() []string {
 	}
 	for _, rt := range s.TCPRoutes {
 		routes(kindTCPRoute, rt.Namespace, rt.Name, rt.Status.Parents)
+	}
+	for _, rt := range s.HTTPRoutes {
+		routes(kindHTTPRoute, rt.Namespace, rt.Name, rt.Status.Parents)
 	}
 	return out
 }
@@ -120,7 +124,7 @@ func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
 				if ls.Hostname != nil {
 					fmt.Fprintf(w, " %s", *ls.Hostname)
 				}
-				if ls.TLS != nil && ls.TLS.Mode != nil && ls.Protocol == gwv1.TLSProtocolType {
+				if ls.TLS != nil && ls.TLS.Mode != nil && (ls.Protocol == gwv1.TLSProtocolType) {
 					fmt.Fprintf(w, " %s", *ls.TLS.Mode)
 				}
 			}
@@ -145,6 +149,9 @@ func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
 	for _, rt := range s.TCPRoutes {
 		writeRoutes(kindTCPRoute, rt.Namespace, rt.Name, rt.Status.Parents)
 	}
+	for _, rt := range s.HTTPRoutes {
+		writeRoutes(kindHTTPRoute, rt.Namespace, rt.Name, rt.Status.Parents)
+	}
 	var orphans []string
 	for _, rt := range in.TLSRoutes {
 		if s.TLSRoute(rt.Namespace, rt.Name) == nil {
@@ -156,6 +163,11 @@ func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
 			orphans = append(orphans, kindTCPRoute+" "+rt.Namespace+"/"+rt.Name)
 		}
 	}
+	for _, rt := range in.HTTPRoutes {
+		if s.HTTPRoute(rt.Namespace, rt.Name) == nil {
+			orphans = append(orphans, kindHTTPRoute+" "+rt.Namespace+"/"+rt.Name)
+		}
+	}
 	if len(orphans) > 0 {
 		fmt.Fprintf(w, "\nRoutes with no parentRef to a Gateway of this controller (no status written):\n")
 		for _, o := range orphans {
@@ -163,7 +175,7 @@ func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
 		}
 	}
 
-	fmt.Fprintf(w, "\nRouting table (port -> listener -> SNI -> route -> backends):\n")
+	fmt.Fprintf(w, "\nRouting table (port -> listener -> SNI or Host -> route -> backends):\n")
 	d := r.Snapshot.Describe()
 	if len(d.Ports) == 0 {
 		fmt.Fprintf(w, "  (nothing is served)\n")
@@ -187,6 +199,31 @@ func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
 				fmt.Fprintf(w, " certificates=[%s]", strings.Join(l.Certs, "; "))
 			}
 			fmt.Fprintln(w)
+			if l.HTTP != nil {
+				if len(l.HTTP) == 0 {
+					fmt.Fprintf(w, "      (no HTTPRoute: every request gets 404)\n")
+				}
+				for _, h := range l.HTTP {
+					fmt.Fprintf(w, "      Host %s\n", cmp.Or(h.Hostname, "(any)"))
+					for _, m := range h.Matches {
+						fmt.Fprintf(w, "        %s%s -> %s rules[%d]", m.Path, describeConds(m), m.Route, m.Rule)
+						if m.Redirect != nil {
+							fmt.Fprintf(w, " redirect %d", m.Redirect.StatusCode)
+						}
+						fmt.Fprintln(w)
+						for _, b := range m.Backends {
+							fmt.Fprintf(w, "          %s weight=%d", b.Name, b.Weight)
+							if b.Reason != "" {
+								fmt.Fprintf(w, " REJECTED (%s)", b.Reason)
+							} else {
+								fmt.Fprintf(w, " [%s]", strings.Join(b.Endpoints, " "))
+							}
+							fmt.Fprintln(w)
+						}
+					}
+				}
+				continue
+			}
 			if len(l.Routes) == 0 {
 				fmt.Fprintf(w, "      (no route: connections are closed)\n")
 			}
@@ -234,4 +271,21 @@ func writeConditions(w io.Writer, indent string, conds []metav1.Condition) {
 			fmt.Fprintf(w, "%s  %s: %s\n", indent, c.Type, c.Message)
 		}
 	}
+}
+
+func describeConds(m snapshot.HTTPMatchDescription) string {
+	var parts []string
+	if m.Method != "" {
+		parts = append(parts, "method="+m.Method)
+	}
+	for _, h := range m.Headers {
+		parts = append(parts, "header "+h.Name+"="+h.Value)
+	}
+	for _, q := range m.Query {
+		parts = append(parts, "query "+q.Name+"="+q.Value)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(parts, ", ") + "]"
 }

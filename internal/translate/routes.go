@@ -15,18 +15,25 @@ import (
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
-// route is a TLSRoute or TCPRoute seen through what they have in common.
+// route is a TLSRoute, TCPRoute or HTTPRoute seen through what they have in common.
 type route struct {
-	kind        string
-	meta        *metav1.ObjectMeta
-	parentRefs  []gwv1.ParentReference
-	hostnames   []string // TLSRoute only, lower case
-	backendRefs []gwv1.BackendRef
+	kind       string
+	meta       *metav1.ObjectMeta
+	parentRefs []gwv1.ParentReference
+	hostnames  []string // TLSRoute and HTTPRoute, lower case
+	// ruleRefs are the backendRefs of each rule (TLSRoute and TCPRoute have one rule).
+	ruleRefs [][]gwv1.BackendRef
+	http     *gwv1.HTTPRoute
 
-	snap           *snapshot.Route
+	snap           *snapshot.Route   // the first rule's backends (TLSRoute, TCPRoute)
+	ruleSnaps      []*snapshot.Route // every rule's backends
+	httpMatches    []*snapshot.HTTPMatch
 	resolvedReason gwv1.RouteConditionReason // "" when every backendRef resolves
 	resolvedMsg    string
-	parents        []gwv1.RouteParentStatus
+	// unsupported, when set, makes the route Accepted=False/UnsupportedValue everywhere: it
+	// uses a feature snigate does not implement, and serving it without would be wrong.
+	unsupported string
+	parents     []gwv1.RouteParentStatus
 }
 
 func (r *route) String() string { return r.kind + "/" + r.meta.Namespace + "/" + r.meta.Name }
@@ -38,14 +45,28 @@ func (t *translator) buildRoutes() {
 			r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
 		}
 		if len(tr.Spec.Rules) > 0 {
-			r.backendRefs = tr.Spec.Rules[0].BackendRefs
+			r.ruleRefs = [][]gwv1.BackendRef{tr.Spec.Rules[0].BackendRefs}
 		}
 		t.routeList = append(t.routeList, r)
 	}
 	for _, tr := range t.in.TCPRoutes {
 		r := &route{kind: kindTCPRoute, meta: &tr.ObjectMeta, parentRefs: tr.Spec.ParentRefs}
 		if len(tr.Spec.Rules) > 0 {
-			r.backendRefs = tr.Spec.Rules[0].BackendRefs
+			r.ruleRefs = [][]gwv1.BackendRef{tr.Spec.Rules[0].BackendRefs}
+		}
+		t.routeList = append(t.routeList, r)
+	}
+	for _, hr := range t.in.HTTPRoutes {
+		r := &route{kind: kindHTTPRoute, meta: &hr.ObjectMeta, parentRefs: hr.Spec.ParentRefs, http: hr}
+		for _, h := range hr.Spec.Hostnames {
+			r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
+		}
+		for _, rule := range hr.Spec.Rules {
+			refs := make([]gwv1.BackendRef, len(rule.BackendRefs))
+			for i := range rule.BackendRefs {
+				refs[i] = rule.BackendRefs[i].BackendRef
+			}
+			r.ruleRefs = append(r.ruleRefs, refs)
 		}
 		t.routeList = append(t.routeList, r)
 	}
@@ -56,6 +77,9 @@ func (t *translator) buildRoutes() {
 	})
 	for _, r := range t.routeList {
 		t.resolveBackends(r)
+		if r.kind == kindHTTPRoute {
+			buildHTTPMatches(r)
+		}
 		for _, ref := range r.parentRefs {
 			group, kind := groupGateway, kindGateway
 			if ref.Group != nil {
@@ -119,8 +143,13 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference) gwv
 	}
 	var matched []match
 	for _, l := range allowed {
-		if r.kind != kindTLSRoute {
+		if r.kind == kindTCPRoute {
 			matched = append(matched, match{l, nil})
+			continue
+		}
+		if r.kind == kindHTTPRoute && len(r.hostnames) == 0 {
+			// An HTTPRoute without hostnames serves whatever its listener serves.
+			matched = append(matched, match{l, []string{l.hostname}})
 			continue
 		}
 		var hosts []string
@@ -146,6 +175,8 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference) gwv
 		}
 		accept(false, gwv1.RouteReasonNoMatchingListenerHostname,
 			fmt.Sprintf("no route hostname (%s) intersects a listener hostname (%s)", strings.Join(r.hostnames, ", "), strings.Join(lh, ", ")))
+	case r.unsupported != "":
+		accept(false, gwv1.RouteReasonUnsupportedValue, r.unsupported)
 	default:
 		var names, idle []string
 		for _, m := range matched {
@@ -197,21 +228,32 @@ func describeSelection(ref gwv1.ParentReference) string {
 // ---- backends ----
 
 func (t *translator) resolveBackends(r *route) {
-	backends := make([]snapshot.Backend, 0, len(r.backendRefs))
 	var problems []string
-	for i, ref := range r.backendRefs {
-		b, reason, msg := t.backend(r, ref)
-		if reason != "" {
-			b.Reason = string(reason)
-			problems = append(problems, fmt.Sprintf("backendRefs[%d]: %s", i, msg))
-			if r.resolvedReason == "" {
-				r.resolvedReason = reason
+	for ri, refs := range r.ruleRefs {
+		backends := make([]snapshot.Backend, 0, len(refs))
+		for i, ref := range refs {
+			b, reason, msg := t.backend(r, ref)
+			if reason != "" {
+				b.Reason = string(reason)
+				field := fmt.Sprintf("backendRefs[%d]", i)
+				if r.kind == kindHTTPRoute {
+					field = fmt.Sprintf("rules[%d].", ri) + field
+				}
+				problems = append(problems, field+": "+msg)
+				if r.resolvedReason == "" {
+					r.resolvedReason = reason
+				}
 			}
+			backends = append(backends, b)
 		}
-		backends = append(backends, b)
+		r.ruleSnaps = append(r.ruleSnaps, snapshot.NewRoute(r.String(), backends))
 	}
 	r.resolvedMsg = strings.Join(problems, "; ")
-	r.snap = snapshot.NewRoute(r.String(), backends)
+	if len(r.ruleSnaps) > 0 {
+		r.snap = r.ruleSnaps[0]
+	} else {
+		r.snap = snapshot.NewRoute(r.String(), []snapshot.Backend{})
+	}
 }
 
 // backend resolves one backendRef. A non-empty reason means the backend is invalid and

@@ -17,6 +17,7 @@ type Status struct {
 	Gateways       []GatewayStatus      `json:"gateways,omitempty"`
 	TLSRoutes      []TLSRouteStatus     `json:"tlsRoutes,omitempty"`
 	TCPRoutes      []TCPRouteStatus     `json:"tcpRoutes,omitempty"`
+	HTTPRoutes     []HTTPRouteStatus    `json:"httpRoutes,omitempty"`
 }
 
 // ObjectStatus is the status of one object.
@@ -37,6 +38,14 @@ type TLSRouteStatus = ObjectStatus[gwv1.TLSRouteStatus]
 
 // TCPRouteStatus is the status of a TCPRoute.
 type TCPRouteStatus = ObjectStatus[gwv1.TCPRouteStatus]
+
+// HTTPRouteStatus is the status of an HTTPRoute.
+type HTTPRouteStatus = ObjectStatus[gwv1.HTTPRouteStatus]
+
+// HTTPRoute returns the status of an HTTPRoute, or nil.
+func (s *Status) HTTPRoute(namespace, name string) *gwv1.HTTPRouteStatus {
+	return find(s.HTTPRoutes, namespace, name)
+}
 
 // Gateway returns the status of a Gateway, or nil.
 func (s *Status) Gateway(namespace, name string) *gwv1.GatewayStatus {

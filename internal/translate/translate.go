@@ -33,12 +33,20 @@
 //     merged. The oldest Gateway (creationTimestamp, then namespace/name) keeps the port; a
 //     listener of a younger Gateway whose address and port overlap (0.0.0.0 and :: overlap
 //     every address of their family) gets Accepted=False/PortUnavailable.
-//   - Listener conflicts: a TCP listener sharing its port with any other TLS or TCP listener,
-//     and TLS listeners sharing port and hostname, are Conflicted=True and Accepted=False with
-//     the conflict's reason (ProtocolConflict, HostnameConflict), as the TLSRoute conformance
-//     tests expect; none of them is served. Listeners of protocols snigate does not serve
-//     (HTTP, HTTPS, UDP: Accepted=False/UnsupportedProtocol) take part in no conflict.
-//     Passthrough and Terminate listeners on one port are fine (TLSRouteModeMixed).
+//   - Listener conflicts: a TCP listener sharing its port with any other listener, an HTTP
+//     listener sharing its port with a TLS or HTTPS listener (ProtocolConflict), and TLS or
+//     HTTPS listeners sharing port and hostname (HostnameConflict) are Conflicted=True and
+//     Accepted=False with the conflict's reason, as the TLSRoute conformance tests expect;
+//     none of them is served. Listeners of protocols snigate does not serve (UDP, custom:
+//     Accepted=False/UnsupportedProtocol) take part in no conflict. Passthrough, Terminate
+//     and HTTPS listeners on one port with distinct hostnames are fine (TLSRouteModeMixed):
+//     the port reads the ClientHello once and dispatches by SNI.
+//   - HTTPRoute: precedence and status as the API defines them (see httproute.go). A route
+//     using a feature snigate does not implement (URLRewrite, RequestMirror, CORS,
+//     ExtensionRef and ExternalAuth filters, RegularExpression matches, backendRef filters,
+//     timeouts, retries, session persistence) is Accepted=False/UnsupportedValue rather than
+//     served without it. A more specific hostname takes a request whole: only the matches
+//     of routes serving that exact hostname pattern are tried.
 //   - A listener is Programmed (and in the snapshot) when its Gateway and itself are
 //     accepted, all its certificateRefs resolve, and it allows at least one route kind. A
 //     Terminate listener with one bad certificateRef serves nothing: it fails closed.
@@ -85,12 +93,13 @@ const (
 	// MaxConnectionsAnnotation caps concurrent connections per bound socket of a Gateway.
 	MaxConnectionsAnnotation = "snigate.dev/max-connections-per-listener"
 
-	groupGateway = gwv1.GroupName
-	kindGateway  = "Gateway"
-	kindTLSRoute = "TLSRoute"
-	kindTCPRoute = "TCPRoute"
-	kindService  = "Service"
-	kindSecret   = "Secret"
+	groupGateway  = gwv1.GroupName
+	kindGateway   = "Gateway"
+	kindTLSRoute  = "TLSRoute"
+	kindTCPRoute  = "TCPRoute"
+	kindHTTPRoute = "HTTPRoute"
+	kindService   = "Service"
+	kindSecret    = "Secret"
 
 	// ReasonNoReadyEndpoints marks a valid backend without ready endpoints in the snapshot.
 	ReasonNoReadyEndpoints = "NoReadyEndpoints"
@@ -100,6 +109,15 @@ const (
 // GatewayClass status.supportedFeatures requires.
 var SupportedFeatures = []gwv1.SupportedFeature{
 	{Name: gwv1.FeatureName(features.SupportGateway)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRoute)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRouteBackendProtocolWebSocket)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRouteMethodMatching)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRouteParentRefPort)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRoutePathRedirect)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRoutePortRedirect)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRouteQueryParamMatching)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRouteResponseHeaderModification)},
+	{Name: gwv1.FeatureName(features.SupportHTTPRouteSchemeRedirect)},
 	{Name: gwv1.FeatureName(features.SupportReferenceGrant)},
 	{Name: gwv1.FeatureName(features.SupportTCPRoute)},
 	{Name: gwv1.FeatureName(features.SupportTLSRoute)},
@@ -449,13 +467,14 @@ func (t *translator) listener(gw *gateway, spec *gwv1.Listener) *listener {
 		}
 	case gwv1.TCPProtocolType:
 		l.routeKind = kindTCPRoute
-	case gwv1.HTTPProtocolType, gwv1.HTTPSProtocolType:
-		l.rejectReason = gwv1.ListenerReasonUnsupportedProtocol
-		l.rejectMsg = fmt.Sprintf("protocol %s is not supported yet: snigate serves TLS and TCP listeners; HTTP and HTTPS come with HTTPRoute support", spec.Protocol)
-		return l
+	case gwv1.HTTPProtocolType:
+		l.routeKind = kindHTTPRoute
+	case gwv1.HTTPSProtocolType:
+		l.routeKind = kindHTTPRoute
+		l.mode = snapshot.ModeTerminate // validated: HTTPS allows only Terminate
 	default:
 		l.rejectReason = gwv1.ListenerReasonUnsupportedProtocol
-		l.rejectMsg = fmt.Sprintf("protocol %s is not supported: snigate serves TLS and TCP listeners", spec.Protocol)
+		l.rejectMsg = fmt.Sprintf("protocol %s is not supported: snigate serves HTTP, HTTPS, TLS and TCP listeners", spec.Protocol)
 		return l
 	}
 
@@ -496,8 +515,8 @@ func (t *translator) listener(gw *gateway, spec *gwv1.Listener) *listener {
 		l.selector = sel
 	}
 
-	if spec.Protocol == gwv1.TLSProtocolType && l.mode == snapshot.ModeTerminate {
-		t.certificates(l)
+	if l.mode == snapshot.ModeTerminate {
+		t.certificates(l) // TLS Terminate and HTTPS
 	}
 	return l
 }
@@ -528,8 +547,10 @@ func (t *translator) allowsNamespace(l *listener, ns string) bool {
 }
 
 // markConflicts applies the listener distinctness rules within one Gateway: on one port, a
-// TCP listener conflicts with every other TLS or TCP listener (ProtocolConflict), and TLS
-// listeners with the same hostname conflict (HostnameConflict).
+// TCP listener conflicts with every other listener, and an HTTP listener with every TLS or
+// HTTPS listener (ProtocolConflict: one socket either reads a ClientHello first or plain
+// HTTP); TLS and HTTPS listeners, which share one SNI table, and HTTP listeners, which share
+// one Host table, conflict when their hostnames are the same (HostnameConflict).
 func markConflicts(gw *gateway) {
 	byPort := map[gwv1.PortNumber][]*listener{}
 	var ports []gwv1.PortNumber
@@ -547,6 +568,15 @@ func markConflicts(gw *gateway) {
 		tcp := slices.ContainsFunc(ls, func(l *listener) bool { return l.routeKind == kindTCPRoute })
 		if tcp && len(ls) > 1 {
 			msg := fmt.Sprintf("listeners %s share port %d and a TCP listener takes the whole port", listenerNames(ls), port)
+			for _, l := range ls {
+				l.setConflict(gwv1.ListenerReasonProtocolConflict, msg)
+			}
+			continue
+		}
+		plain := slices.ContainsFunc(ls, func(l *listener) bool { return l.spec.Protocol == gwv1.HTTPProtocolType })
+		overTLS := slices.ContainsFunc(ls, func(l *listener) bool { return l.spec.Protocol != gwv1.HTTPProtocolType })
+		if plain && overTLS {
+			msg := fmt.Sprintf("listeners %s share port %d but an HTTP listener cannot share a port with TLS or HTTPS listeners", listenerNames(ls), port)
 			for _, l := range ls {
 				l.setConflict(gwv1.ListenerReasonProtocolConflict, msg)
 			}
@@ -656,8 +686,11 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 				p := ports[ap]
 				if p == nil {
 					p = &snapshot.Port{Address: ap, Port: l.spec.Port, MaxConnections: gw.maxConns, Protocol: snapshot.ProtocolTLS}
-					if l.routeKind == kindTCPRoute {
+					switch {
+					case l.routeKind == kindTCPRoute:
 						p.Protocol = snapshot.ProtocolTCP
+					case l.spec.Protocol == gwv1.HTTPProtocolType:
+						p.Protocol = snapshot.ProtocolHTTP
 					}
 					ports[ap] = p
 					list = append(list, p)
@@ -681,8 +714,13 @@ func (l *listener) snapshotListener() *snapshot.Listener {
 		return l.snap
 	}
 	sl := &snapshot.Listener{Name: l.name(), TLS: l.tlsConfig}
-	if l.routeKind == kindTLSRoute {
+	if l.routeKind == kindTLSRoute || l.spec.Protocol == gwv1.HTTPSProtocolType {
 		sl.Mode = l.mode
+	}
+	if l.routeKind == kindHTTPRoute {
+		sl.HTTP = l.httpTable()
+		l.snap = sl
+		return sl
 	}
 	for _, a := range l.attached {
 		if l.routeKind == kindTCPRoute {
@@ -717,12 +755,16 @@ func (t *translator) status() *Status {
 		case kindTCPRoute:
 			s.TCPRoutes = append(s.TCPRoutes, TCPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
 				Status: gwv1.TCPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
+		case kindHTTPRoute:
+			s.HTTPRoutes = append(s.HTTPRoutes, HTTPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+				Status: gwv1.HTTPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
 		}
 	}
 	sortStatus(s.GatewayClasses)
 	sortStatus(s.Gateways)
 	sortStatus(s.TLSRoutes)
 	sortStatus(s.TCPRoutes)
+	sortStatus(s.HTTPRoutes)
 	return s
 }
 

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
+	"strings"
 
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -128,6 +130,10 @@ func validate(in *resources.Resources) []error {
 		for i, rule := range r.Spec.Rules {
 			v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
 		}
+	}
+	for _, r := range byName(in.HTTPRoutes) {
+		v.object(kindHTTPRoute, r.Namespace, r.Name)
+		v.httpRoute(r)
 	}
 	for _, g := range byName(in.ReferenceGrants) {
 		v.object("ReferenceGrant", g.Namespace, g.Name)
@@ -370,6 +376,10 @@ func sectionName(r gwv1.ParentReference) string {
 
 func (v *validator) backendRefs(field string, refs []gwv1.BackendRef) {
 	v.items(field, len(refs), 1, 16)
+	v.backendRefItems(field, refs)
+}
+
+func (v *validator) backendRefItems(field string, refs []gwv1.BackendRef) {
 	for i, r := range refs {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		if r.Name == "" {
@@ -398,4 +408,185 @@ func (v *validator) backendRefs(field string, refs []gwv1.BackendRef) {
 			v.errorf(f+".weight", "%d out of range 0-1000000", *r.Weight)
 		}
 	}
+}
+
+// pathValueRE is the character set the CRD allows in Exact and PathPrefix values.
+var pathValueRE = regexp.MustCompile(`^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$`)
+
+// headerNameRE is the HTTPHeaderName pattern (an RFC 7230 token).
+var headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+\\-.^_\x60|~]+$")
+
+// httpRoute checks what the HTTPRoute CRD's OpenAPI and CEL rules check.
+func (v *validator) httpRoute(r *gwv1.HTTPRoute) {
+	v.parentRefs(r.Spec.ParentRefs)
+	v.items("spec.hostnames", len(r.Spec.Hostnames), 0, 16)
+	for i, h := range r.Spec.Hostnames {
+		if p := hostnameProblem(string(h), true); p != "" {
+			v.errorf(fmt.Sprintf("spec.hostnames[%d]", i), "%q %s", h, p)
+		}
+	}
+	v.items("spec.rules", len(r.Spec.Rules), 0, 16)
+	total := 0
+	names := map[gwv1.SectionName]int{}
+	for i, rule := range r.Spec.Rules {
+		f := fmt.Sprintf("spec.rules[%d]", i)
+		if rule.Name != nil {
+			if j, dup := names[*rule.Name]; dup {
+				v.errorf(f+".name", "rule name %q must be unique within the route (also spec.rules[%d])", *rule.Name, j)
+			}
+			names[*rule.Name] = i
+		}
+		v.items(f+".matches", len(rule.Matches), 0, 64)
+		total += len(rule.Matches)
+		for j, m := range rule.Matches {
+			mf := fmt.Sprintf("%s.matches[%d]", f, j)
+			if p := m.Path; p != nil {
+				typ := gwv1.PathMatchPathPrefix
+				if p.Type != nil {
+					typ = *p.Type
+				}
+				value := "/"
+				if p.Value != nil {
+					value = *p.Value
+				}
+				switch typ {
+				case gwv1.PathMatchExact, gwv1.PathMatchPathPrefix:
+					v.pathValue(mf+".path.value", value)
+				case gwv1.PathMatchRegularExpression:
+				default:
+					v.errorf(mf+".path.type", "%q is not one of Exact, PathPrefix, RegularExpression", typ)
+				}
+			}
+			for k, h := range m.Headers {
+				v.pattern(fmt.Sprintf("%s.headers[%d].name", mf, k), string(h.Name), headerNameRE.MatchString(string(h.Name)), "header name")
+			}
+			for k, q := range m.QueryParams {
+				v.pattern(fmt.Sprintf("%s.queryParams[%d].name", mf, k), string(q.Name), headerNameRE.MatchString(string(q.Name)), "query parameter name")
+			}
+			if m.Method != nil {
+				switch *m.Method {
+				case "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+				default:
+					v.errorf(mf+".method", "%q is not an HTTP method the API allows", *m.Method)
+				}
+			}
+		}
+		v.items(f+".filters", len(rule.Filters), 0, 16)
+		count := map[gwv1.HTTPRouteFilterType]int{}
+		for j, flt := range rule.Filters {
+			v.httpFilter(fmt.Sprintf("%s.filters[%d]", f, j), flt)
+			count[flt.Type]++
+		}
+		for _, typ := range []gwv1.HTTPRouteFilterType{gwv1.HTTPRouteFilterRequestHeaderModifier, gwv1.HTTPRouteFilterResponseHeaderModifier,
+			gwv1.HTTPRouteFilterRequestRedirect, gwv1.HTTPRouteFilterURLRewrite, gwv1.HTTPRouteFilterCORS} {
+			if count[typ] > 1 {
+				v.errorf(f+".filters", "%s filter cannot be repeated", typ)
+			}
+		}
+		if count[gwv1.HTTPRouteFilterRequestRedirect] > 0 && count[gwv1.HTTPRouteFilterURLRewrite] > 0 {
+			v.errorf(f+".filters", "may specify either RequestRedirect or URLRewrite, but not both")
+		}
+		if count[gwv1.HTTPRouteFilterRequestRedirect] > 0 && len(rule.BackendRefs) > 0 {
+			v.errorf(f, "RequestRedirect filter must not be used together with backendRefs")
+		}
+		for _, flt := range rule.Filters {
+			if flt.RequestRedirect != nil && flt.RequestRedirect.Path != nil && flt.RequestRedirect.Path.Type == gwv1.PrefixMatchHTTPPathModifier {
+				if len(rule.Matches) != 1 || rule.Matches[0].Path == nil || rule.Matches[0].Path.Type == nil || *rule.Matches[0].Path.Type != gwv1.PathMatchPathPrefix {
+					v.errorf(f, "when using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified")
+				}
+			}
+		}
+		refs := make([]gwv1.BackendRef, len(rule.BackendRefs))
+		for j := range rule.BackendRefs {
+			refs[j] = rule.BackendRefs[j].BackendRef
+		}
+		v.items(f+".backendRefs", len(refs), 0, 16)
+		v.backendRefItems(f+".backendRefs", refs)
+	}
+	if total > 128 {
+		v.errorf("spec.rules", "the total number of matches across all rules must be at most 128, has %d", total)
+	}
+}
+
+func (v *validator) pathValue(field, p string) {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		v.errorf(field, "%q must be an absolute path and start with '/'", p)
+	case strings.Contains(p, "//"), strings.Contains(p, "/./"), strings.Contains(p, "/../"), strings.Contains(p, "%2f"),
+		strings.Contains(p, "%2F"), strings.Contains(p, "#"), strings.HasSuffix(p, "/.."), strings.HasSuffix(p, "/."):
+		v.errorf(field, "%q must not contain '//', '/./', '/../', '%%2f', '#' nor end with '/.' or '/..'", p)
+	case !pathValueRE.MatchString(p):
+		v.errorf(field, "%q contains characters a path may not contain", p)
+	}
+}
+
+func (v *validator) httpFilter(f string, flt gwv1.HTTPRouteFilter) {
+	type field struct {
+		typ gwv1.HTTPRouteFilterType
+		set bool
+	}
+	fields := []field{
+		{gwv1.HTTPRouteFilterRequestHeaderModifier, flt.RequestHeaderModifier != nil},
+		{gwv1.HTTPRouteFilterResponseHeaderModifier, flt.ResponseHeaderModifier != nil},
+		{gwv1.HTTPRouteFilterRequestMirror, flt.RequestMirror != nil},
+		{gwv1.HTTPRouteFilterRequestRedirect, flt.RequestRedirect != nil},
+		{gwv1.HTTPRouteFilterURLRewrite, flt.URLRewrite != nil},
+		{gwv1.HTTPRouteFilterCORS, flt.CORS != nil},
+		{gwv1.HTTPRouteFilterExternalAuth, flt.ExternalAuth != nil},
+		{gwv1.HTTPRouteFilterExtensionRef, flt.ExtensionRef != nil},
+	}
+	if !slices.ContainsFunc(fields, func(x field) bool { return x.typ == flt.Type }) {
+		v.errorf(f+".type", "%q is not a filter type", flt.Type)
+		return
+	}
+	for _, x := range fields {
+		typ, set := x.typ, x.set
+		switch {
+		case typ == flt.Type && !set:
+			v.errorf(f, "the %s field must be specified for filter type %s", lowerFirst(string(typ)), typ)
+		case typ != flt.Type && set:
+			v.errorf(f, "the %s field must not be set when the filter type is %s", lowerFirst(string(typ)), flt.Type)
+		}
+	}
+	for _, hm := range []*gwv1.HTTPHeaderFilter{flt.RequestHeaderModifier, flt.ResponseHeaderModifier} {
+		if hm == nil {
+			continue
+		}
+		for _, h := range append(slices.Clone(hm.Set), hm.Add...) {
+			v.pattern(f+" header name", string(h.Name), headerNameRE.MatchString(string(h.Name)), "header name")
+		}
+	}
+	if rd := flt.RequestRedirect; rd != nil {
+		if rd.Scheme != nil && *rd.Scheme != "http" && *rd.Scheme != "https" {
+			v.errorf(f+".requestRedirect.scheme", "%q is not one of http, https", *rd.Scheme)
+		}
+		if rd.StatusCode != nil && !slices.Contains([]int{301, 302, 303, 307, 308}, *rd.StatusCode) {
+			v.errorf(f+".requestRedirect.statusCode", "%d is not one of 301, 302, 303, 307, 308", *rd.StatusCode)
+		}
+		if rd.Port != nil {
+			v.port(f+".requestRedirect.port", *rd.Port)
+		}
+		if rd.Hostname != nil {
+			if p := hostnameProblem(string(*rd.Hostname), false); p != "" || strings.HasPrefix(string(*rd.Hostname), "*") {
+				v.errorf(f+".requestRedirect.hostname", "%q is not a precise hostname", *rd.Hostname)
+			}
+		}
+		if p := rd.Path; p != nil {
+			switch {
+			case p.Type == gwv1.FullPathHTTPPathModifier && p.ReplaceFullPath == nil:
+				v.errorf(f+".requestRedirect.path.replaceFullPath", "required when type is ReplaceFullPath")
+			case p.Type == gwv1.PrefixMatchHTTPPathModifier && p.ReplacePrefixMatch == nil:
+				v.errorf(f+".requestRedirect.path.replacePrefixMatch", "required when type is ReplacePrefixMatch")
+			case p.Type != gwv1.FullPathHTTPPathModifier && p.Type != gwv1.PrefixMatchHTTPPathModifier:
+				v.errorf(f+".requestRedirect.path.type", "%q is not one of ReplaceFullPath, ReplacePrefixMatch", p.Type)
+			}
+		}
+	}
+}
+
+func lowerFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToLower(s[:1]) + s[1:]
 }
