@@ -37,6 +37,11 @@ type Metrics struct {
 	Generation prometheus.Gauge
 	// Routes is the number of route hostnames in the serving snapshot.
 	Routes prometheus.Gauge
+	// HTTPRequests counts HTTP requests served by HTTP and HTTPS listeners, by listener,
+	// route, method and status code.
+	HTTPRequests *prometheus.CounterVec
+	// HTTPSeconds is the time from request to the end of the response, by listener and route.
+	HTTPSeconds *prometheus.HistogramVec
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, in a
@@ -83,9 +88,18 @@ func New() *Metrics {
 			Name: "snigate_route_hostnames",
 			Help: "Route hostnames in the serving snapshot, over all listeners.",
 		}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snigate_http_requests_total",
+			Help: "HTTP requests by listener, route, method and status code.",
+		}, []string{"listener", "route", "method", "code"}),
+		HTTPSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "snigate_http_request_duration_seconds",
+			Help:    "Time from an HTTP request until its response ended, by listener and route.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"listener", "route"}),
 	}
 	r.MustRegister(m.Connections, m.Rejected, m.Active, m.Bytes, m.HelloSeconds, m.DialSeconds,
-		m.Reloads, m.Generation, m.Routes,
+		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -88,6 +88,10 @@ func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPCon
 		c.forward(port.TCP, nil)
 		return
 	}
+	if port.Protocol == snapshot.ProtocolHTTP {
+		c.servePlainHTTP()
+		return
+	}
 
 	c.helloBuf = helloBufs.Get().(*[]byte)
 	defer c.releaseHello()
@@ -108,6 +112,12 @@ func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPCon
 	}
 	c.sni = string(sni)
 	l, r := port.Lookup(sni)
+	if l != nil && l.HTTP != nil {
+		// An HTTPS listener: HTTP routing happens per request, by the Host header.
+		p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
+		c.serveHTTPS(l, pre.buf)
+		return
+	}
 	if l == nil || r == nil {
 		p.reject(pl.addr, client, reasonUnknownSNI, c.sni, c.start, c.negotiation)
 		return

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/snigate/snigate/internal/httpproxy"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
 )
@@ -51,8 +52,13 @@ type Options struct {
 	// (3 failures, 10 s).
 	EjectAfter int
 	EjectFor   time.Duration
-	// AccessLog writes one log line per connection when true.
+	// AccessLog writes one log line per connection, and per HTTP request, when true.
 	AccessLog bool
+	// HTTPReadHeaderTimeout bounds the time to read an HTTP request's headers (10 s): slow
+	// clients cannot hold connections open by trickling headers.
+	HTTPReadHeaderTimeout time.Duration
+	// HTTPIdleTimeout closes kept-alive HTTP connections idle this long (2 min).
+	HTTPIdleTimeout time.Duration
 
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
@@ -77,6 +83,12 @@ func (o *Options) setDefaults() {
 	if o.EjectFor <= 0 {
 		o.EjectFor = 10 * time.Second
 	}
+	if o.HTTPReadHeaderTimeout <= 0 {
+		o.HTTPReadHeaderTimeout = 10 * time.Second
+	}
+	if o.HTTPIdleTimeout <= 0 {
+		o.HTTPIdleTimeout = 2 * time.Minute
+	}
 	if o.Metrics == nil {
 		o.Metrics = metrics.New()
 	}
@@ -93,6 +105,8 @@ type Proxy struct {
 	snap   atomic.Pointer[snapshot.Snapshot]
 	health health
 	dialer net.Dialer
+	// httpHandler serves the requests of every HTTP and HTTPS listener.
+	httpHandler *httpproxy.Handler
 
 	mu        sync.Mutex // guards listeners, closing; serialises Apply and Shutdown
 	listeners map[string]*portListener
@@ -116,6 +130,13 @@ func New(opts Options) *Proxy {
 		connSet:   map[*conn]struct{}{},
 	}
 	p.health.init(opts.EjectAfter, opts.EjectFor)
+	p.httpHandler = httpproxy.New(httpproxy.Options{
+		Snapshot:    p.snap.Load,
+		DialTimeout: opts.DialTimeout,
+		AccessLog:   opts.AccessLog,
+		Metrics:     opts.Metrics,
+		Logger:      opts.Logger,
+	})
 	p.dialer = net.Dialer{Timeout: opts.DialTimeout, KeepAliveConfig: keepAliveConfig(opts.KeepAlive)}
 	if opts.KeepAlive < 0 {
 		p.dialer.KeepAlive = -1
@@ -172,6 +193,7 @@ func (p *Proxy) Apply(s *snapshot.Snapshot) error {
 	for addr, pl := range p.listeners {
 		if s.Port(addr) == nil {
 			pl.ln.Close()
+			go pl.shutdownHTTP(context.Background())
 			delete(p.listeners, addr)
 			p.log.Info("port closed", "address", addr)
 		}
@@ -211,11 +233,14 @@ func firstListenerName(p *snapshot.Port) string {
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.closing = true
+	var stopping sync.WaitGroup
 	for addr, pl := range p.listeners {
 		pl.ln.Close()
+		stopping.Go(func() { pl.shutdownHTTP(ctx) })
 		delete(p.listeners, addr)
 	}
 	p.mu.Unlock()
+	stopping.Wait()
 	p.draining.Store(true)
 
 	done := make(chan struct{})
@@ -239,6 +264,9 @@ type portListener struct {
 	ln     *net.TCPListener
 	active atomic.Int64
 	pg     pgTracker
+
+	httpOnce sync.Once
+	httpSrv  *httpServer
 }
 
 func (p *Proxy) listen(addr string) (*portListener, error) {

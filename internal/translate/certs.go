@@ -69,6 +69,10 @@ func (t *translator) certificates(l *listener) {
 		return
 	}
 	l.tlsConfig = serverConfig(certs)
+	if l.spec.Protocol == gwv1.HTTPSProtocolType {
+		// Set before the config is ever used: HTTPS speaks HTTP/2 when the client offers it.
+		l.tlsConfig.NextProtos = []string{"h2", "http/1.1"}
+	}
 }
 
 // keyPair parses a kubernetes.io/tls Secret.
