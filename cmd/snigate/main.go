@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -58,6 +59,8 @@ func main() {
 		}
 	case "echo":
 		err = runEcho(os.Args[2:])
+	case "controller":
+		err = runController(os.Args[2:])
 	case "version":
 		fmt.Println("snigate", version)
 	case "-h", "--help", "help":
@@ -184,10 +187,17 @@ func runEcho(args []string) error {
 	name := fs.String("name", "echo", "name to answer with")
 	cert := fs.String("cert", "", "PEM certificate file (TLS when set)")
 	key := fs.String("key", "", "PEM key file")
+	httpMode := fs.Bool("http", false, "serve plain HTTP instead: answer each request with JSON (name, method, host, path, headers) and echo WebSocket messages")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *httpMode {
+		if *cert != "" || *key != "" {
+			return errors.New("echo: --http serves plain HTTP; --cert and --key do not apply")
+		}
+		return echo.RunHTTP(ctx, *listen, *name)
+	}
 	return echo.Run(ctx, *listen, *name, *cert, *key)
 }
