@@ -6,8 +6,10 @@
 #                           docs/performance.md
 #   bench/run.sh --smoke    one round with tiny counts, < 2 minutes (CI); writes to a temp
 #                           folder only. Fails on errors, never on missed targets.
-#   bench/run.sh [--smoke] --only conns,bulk,latency,term,idle,scale,pg,micro   a subset
-#                           (writes to a temp folder as well)
+#   bench/run.sh [--smoke] --only conns,bulk,latency,term,idle,scale,pg,syscalls,micro
+#                           a subset (writes to a temp folder as well); -v logs every value
+#   bench/run.sh --render   regenerate docs/performance.md from bench/results/latest.json
+#                           (after editing bench/results/notes.md)
 #
 # Needs root (it installs the peers from Debian packages when missing, and PostgreSQL runs as
 # the postgres user) and at least 2 CPUs: the load generator and backends run on CPU 0, the
@@ -17,17 +19,27 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 smoke=0
+render=0
 only=""
 extra=()
 while (($#)); do
 	case $1 in
 	--smoke) smoke=1 ;;
+	--render) render=1 ;;
 	--only) only=$2; shift ;;
 	--only=*) only=${1#--only=} ;;
 	*) extra+=("$1") ;;
 	esac
 	shift
 done
+
+# --render: regenerate docs/performance.md and the chart from bench/results/latest.json
+# (after editing bench/results/notes.md), without measuring anything.
+if ((render)); then
+	go run ./bench/cmd/runner --render bench/results/latest.json --md docs/performance.md \
+		--svg bench/results/chart.svg --chart-link ../bench/results/chart.svg --notes bench/results/notes.md
+	exit
+fi
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "bench: must run as root" >&2

@@ -3,6 +3,7 @@
 // pinned to CPU 0; it can be run by hand against any proxy in front of bench/cmd/backend.
 //
 //	loadgen conns     --addr A --sni S [-n 5000] [-c 16] [--max 30s]   new connections
+//	                  (SIGINT or SIGTERM: stop early and print the result)
 //	loadgen bulk      --addr A --sni S [--bytes 1073741824]            one download
 //	loadgen latency   --addr A --sni S [-n 10000]                      64-byte echo
 //	loadgen idle      --addr A --sni S [-n 3000] [--hold 60s]          open, print, wait
@@ -22,6 +23,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/snigate/snigate/bench/internal/load"
@@ -64,7 +67,13 @@ func main() {
 	var out any
 	switch cmd {
 	case "conns":
-		r := load.Conns(*addr, hello, def(*n, 5000), *conc, *max)
+		// SIGINT or SIGTERM ends the run early with a result: the runner's "load while
+		// reloading" runs until the last reload was seen.
+		stop := make(chan struct{})
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		go func() { <-sigs; close(stop) }()
+		r := load.Conns(*addr, hello, def(*n, 5000), *conc, *max, stop)
 		out = r
 		if r.Failed > 0 || r.OK == 0 {
 			emit(out)

@@ -35,7 +35,6 @@ type params struct {
 	ConnsN, Conc, LatencyN, IdleN, TermN int
 	BulkBytes                            int64
 	ScaleExact, ScaleWild                int
-	ReloadFor                            time.Duration
 	Reloads                              int
 	PGSeconds, PGClients                 int
 	Benchtime                            string
@@ -44,10 +43,10 @@ type params struct {
 
 var (
 	full = params{ConnsN: 6000, Conc: 16, LatencyN: 8000, IdleN: 3000, TermN: 1500, BulkBytes: 1 << 30,
-		ScaleExact: 100_000, ScaleWild: 1000, ReloadFor: 2 * time.Second, Reloads: 3,
+		ScaleExact: 100_000, ScaleWild: 1000, Reloads: 3,
 		PGSeconds: 3, PGClients: 8, Benchtime: "300ms", Budget: 540 * time.Second}
 	smoke = params{ConnsN: 300, Conc: 16, LatencyN: 300, IdleN: 200, TermN: 100, BulkBytes: 32 << 20,
-		ScaleExact: 2000, ScaleWild: 20, ReloadFor: 1 * time.Second, Reloads: 2,
+		ScaleExact: 2000, ScaleWild: 20, Reloads: 2,
 		PGSeconds: 1, PGClients: 4, Benchtime: "", Budget: 100 * time.Second}
 )
 
@@ -106,7 +105,28 @@ func main() {
 	notes := flag.String("notes", "", "hand-written notes appended to the Markdown")
 	verbose := flag.Bool("v", false, "log every value as it is measured")
 	only := flag.String("only", "", "comma-separated tests to run (default all): conns,bulk,latency,term,idle,scale,pg,syscalls,micro")
+	render := flag.String("render", "", "only regenerate --md and --svg from this results JSON (after editing the notes)")
 	flag.Parse()
+
+	if *render != "" {
+		r, err := report.ReadJSON(*render)
+		if err != nil {
+			log.Fatal(err)
+		}
+		r.Summarize()
+		r.Evaluate()
+		if *svgOut != "" {
+			if err := r.WriteSVG(*svgOut); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if *mdOut != "" {
+			if err := r.WriteMarkdown(*mdOut, *chartLink, *notes); err != nil {
+				log.Fatal(err)
+			}
+		}
+		return
+	}
 
 	e := &env{p: full, mode: "full", rounds: 5, repo: *repo, start: time.Now(), proxies: map[string]*instance{}}
 	if *isSmoke {
@@ -116,7 +136,7 @@ func main() {
 		e.rounds = *rounds
 	}
 	e.bin.snigate, e.bin.loadgen, e.bin.backend = *snigate, *loadgen, *backend
-	for _, b := range []string{*snigate, *loadgen, *backend} {
+	for _, b := range []string{e.bin.snigate, e.bin.loadgen, e.bin.backend} {
 		if b == "" {
 			log.Fatal("--snigate, --loadgen and --backend are required")
 		}
@@ -136,7 +156,7 @@ func main() {
 		Params: map[string]any{
 			"concurrency": e.p.Conc, "connsN": e.p.ConnsN, "latencyN": e.p.LatencyN, "idleN": e.p.IdleN,
 			"termN": e.p.TermN, "bulkBytes": fmtBytes(e.p.BulkBytes), "scaleExact": e.p.ScaleExact,
-			"scaleWild": e.p.ScaleWild, "pgbenchArgs": pgbenchArgsText(e.p), "pgScale": e.p.PGClients, "syscallsN": e.p.ConnsN / 6, "benchtime": e.p.Benchtime,
+			"scaleWild": e.p.ScaleWild, "reloads": e.p.Reloads, "pgbenchArgs": pgbenchArgsText(e.p), "pgScale": e.p.PGClients, "syscallsN": e.p.ConnsN / 6, "benchtime": e.p.Benchtime,
 		},
 	}
 

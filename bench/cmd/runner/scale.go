@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -178,40 +177,36 @@ func (e *env) scaleOne(kind string, r int) error {
 		e.res.Add(report.TScale, report.MChange, kind, "ms", ms)
 	}
 
-	// New connections while routes change: every one must succeed.
-	var wg sync.WaitGroup
+	// New connections while routes change: every one must succeed. The load runs from
+	// before the first change until after the last one is served.
 	var cr load.ConnsResult
-	var lerr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		lerr = e.loadgen(e.p.ReloadFor+60*time.Second, &cr, "conns", "--addr", inst.spec.Pass, "--sni", st.last,
-			"-n", "100000000", "-c", strconv.Itoa(e.p.Conc), "--max", e.p.ReloadFor.String())
-	}()
+	stop, err := e.loadgenBackground(&cr, "conns", "--addr", inst.spec.Pass, "--sni", st.last,
+		"-n", "1000000000", "-c", strconv.Itoa(e.p.Conc), "--max", "300s")
+	if err != nil {
+		return err
+	}
 	genBefore := 0.0
 	if kind == "snigate" {
 		genBefore, _ = metric(inst.spec.Admin, "snigate_config_generation")
 	}
-	step := e.p.ReloadFor / time.Duration(e.p.Reloads+1)
 	reloads := 0
+	var cerr error
 	for range e.p.Reloads {
-		time.Sleep(step)
-		if kind == "snigate" {
-			// Only replace the file: the watcher reloads, as it would for a user.
-			st.change++
-			if err := e.writeChange(inst, fmt.Sprintf("change-%d.bench.test", st.change)); err != nil {
-				return err
-			}
-		} else if _, err := e.change(inst); err != nil {
-			return fmt.Errorf("reload under load: %w", err)
+		time.Sleep(200 * time.Millisecond)
+		// snigate: only the file is replaced (the watcher reloads, as for a user).
+		if _, cerr = e.change(inst); cerr != nil {
+			break
 		}
 		reloads++
 	}
-	wg.Wait()
+	time.Sleep(200 * time.Millisecond)
+	lerr := stop()
+	if cerr != nil {
+		return fmt.Errorf("reload under load: %w", cerr)
+	}
 	if kind == "snigate" {
-		time.Sleep(300 * time.Millisecond)
-		if g, err := metric(inst.spec.Admin, "snigate_config_generation"); err == nil {
-			reloads = int(g - genBefore)
+		if g, err := metric(inst.spec.Admin, "snigate_config_generation"); err == nil && int(g-genBefore) < reloads {
+			return fmt.Errorf("generation went from %.0f to %.0f over %d changes", genBefore, g, reloads)
 		}
 	}
 	if lerr != nil && cr.OK == 0 {

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/snigate/snigate/bench/internal/report"
@@ -177,4 +178,37 @@ func microLine(f []string) report.Micro {
 		}
 	}
 	return m
+}
+
+// loadgenBackground starts the load generator on CPU 0; stop sends it SIGINT, waits and
+// decodes its answer into out.
+func (e *env) loadgenBackground(out any, args ...string) (stop func() error, err error) {
+	cmd := exec.Command("taskset", append([]string{"-c", "0", e.bin.loadgen}, args...)...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return func() error {
+		cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var werr error
+		select {
+		case werr = <-done:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			werr = <-done
+		}
+		line := strings.TrimSpace(stdout.String())
+		if line != "" {
+			if jerr := json.Unmarshal([]byte(line), out); jerr != nil {
+				return jerr
+			}
+		}
+		if werr != nil {
+			return fmt.Errorf("loadgen %s: %v: %s", strings.Join(args, " "), werr, strings.TrimSpace(stderr.String()))
+		}
+		return nil
+	}, nil
 }

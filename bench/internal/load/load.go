@@ -76,8 +76,9 @@ type ConnsResult struct {
 	Errors  []string `json:"errors,omitempty"` // the first few
 }
 
-// Conns makes n connections with One, conc at a time, stopping early after max.
-func Conns(addr string, hello []byte, n, conc int, max time.Duration) ConnsResult {
+// Conns makes n connections with One, conc at a time, stopping early after max or when
+// stop is closed (nil: never).
+func Conns(addr string, hello []byte, n, conc int, max time.Duration, stop <-chan struct{}) ConnsResult {
 	var (
 		next, ok, failed atomic.Int64
 		mu               sync.Mutex
@@ -91,7 +92,7 @@ func Conns(addr string, hello []byte, n, conc int, max time.Duration) ConnsResul
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, wire.FlightSize+wire.MsgSize)
-			for next.Add(1) <= int64(n) && time.Now().Before(deadline) {
+			for next.Add(1) <= int64(n) && time.Now().Before(deadline) && !stopped(stop) {
 				if err := One(addr, hello, buf); err != nil {
 					failed.Add(1)
 					mu.Lock()
@@ -353,5 +354,14 @@ func WaitServing(ctx context.Context, addr string, hello []byte, interval time.D
 			return time.Time{}, fmt.Errorf("%w (last: %v)", ctx.Err(), last)
 		case <-time.After(interval):
 		}
+	}
+}
+
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
 	}
 }

@@ -29,7 +29,7 @@ func TestOperationsDirect(t *testing.T) {
 	echo := serve(t, backend.Echo)
 	bulk := serve(t, backend.Bulk)
 
-	r := Conns(echo, hello, 200, 8, 10*time.Second)
+	r := Conns(echo, hello, 200, 8, 10*time.Second, nil)
 	if r.OK != 200 || r.Failed != 0 {
 		t.Fatalf("conns: %+v", r)
 	}
@@ -52,8 +52,20 @@ func TestConnsCountsFailures(t *testing.T) {
 	// A server that closes at once: every connection fails, none hangs.
 	addr := serve(t, func(c net.Conn) {})
 	hello, _ := wire.ClientHello("x.test")
-	r := Conns(addr, hello, 20, 4, 10*time.Second)
+	r := Conns(addr, hello, 20, 4, 10*time.Second, nil)
 	if r.OK != 0 || r.Failed != 20 || len(r.Errors) == 0 {
 		t.Fatalf("%+v", r)
+	}
+}
+
+func TestConnsStops(t *testing.T) {
+	hello, _ := wire.ClientHello("echo.bench.test")
+	echo := serve(t, backend.Echo)
+	stop := make(chan struct{})
+	time.AfterFunc(200*time.Millisecond, func() { close(stop) })
+	start := time.Now()
+	r := Conns(echo, hello, 1<<30, 4, time.Minute, stop)
+	if time.Since(start) > 5*time.Second || r.OK == 0 || r.Failed != 0 {
+		t.Fatalf("%+v after %v", r, time.Since(start))
 	}
 }

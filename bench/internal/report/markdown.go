@@ -160,7 +160,8 @@ func (r *Results) Markdown(chart, notes string) string {
 	w("connection to that name. Change: one route added; snigate's file path replaces a file in the\n")
 	w("watched folder, its SIGHUP path also signals; HAProxy (master-worker, SIGUSR2) and nginx (SIGHUP)\n")
 	w("rewrite their configuration and reload. Failed connections: new connections made\n")
-	w("continuously while routes are changed.\n\n")
+	w("continuously, %v at a time, from before the first of %v one-route changes (snigate: by file) until\n", r.Params["concurrency"], r.Params["reloads"])
+	w("the last one is served; \"small table\" is the same proxy with the main tests' 4 routes.\n\n")
 	r.table(&b, TScale, []col{{"start to serving (s)", MStart, 1, 2, false}, {"RSS (MB)", MRSSMB, 1, 0, false},
 		{"change via file (ms)", MChangeFile, 1, 0, false}, {"change via SIGHUP (ms)", MChangeHUP, 1, 0, false},
 		{"change via reload (ms)", MChange, 1, 0, false}}, Order)

@@ -36,7 +36,7 @@ func (r *Results) SVG() string {
 		titleH = 26
 	)
 	var body strings.Builder
-	y := 40
+	y := 48
 	for _, p := range panels {
 		var rows []*Metric
 		for _, t := range Order {
@@ -73,8 +73,9 @@ func (r *Results) SVG() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif">`+"\n", width, y+30, width, y+30)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="10" y="22" font-size="15">snigate vs peers — %s, %d × %s, %s mode, %d rounds (bar: median, line: min–max)</text>`+"\n",
+	fmt.Fprintf(&b, `<text x="10" y="20" font-size="15">snigate vs peers — %s, %d × %s, %s mode, %d rounds</text>`+"\n",
 		html.EscapeString(r.Date[:min(10, len(r.Date))]), r.Machine.NProc, html.EscapeString(shortCPU(r.Machine.CPU)), r.Mode, r.Rounds)
+	fmt.Fprintf(&b, `<text x="10" y="36" font-size="11" fill="#555">bar: median; line: minimum to maximum over the rounds</text>`+"\n")
 	b.WriteString(body.String())
 	b.WriteString("</svg>\n")
 	return b.String()
