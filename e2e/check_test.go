@@ -38,6 +38,9 @@ func TestCheckQuickstart(t *testing.T) {
 		"127.0.0.1:8443 TLS",
 		"alpha.demo.test -> TLSRoute/default/alpha",
 		"default/alpha:9443 weight=1 [127.0.0.1:9101]",
+		"web.demo.test listener default/demo/web Terminate certificates=[web.demo.test]",
+		"PathPrefix /api -> HTTPRoute/default/web rules[0]",
+		"127.0.0.1:8080 HTTP",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)

@@ -191,6 +191,9 @@ func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
 			if host == "" && p.Protocol == snapshot.ProtocolTLS {
 				host = "(any SNI)"
 			}
+			if host == "" && p.Protocol == snapshot.ProtocolHTTP {
+				host = "(any Host)"
+			}
 			fmt.Fprintf(w, "    %s listener %s", host, l.Name)
 			if l.Mode != "" {
 				fmt.Fprintf(w, " %s", l.Mode)
