@@ -3,12 +3,10 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -332,24 +330,19 @@ func (c *conn) closeAll() {
 }
 
 // pipe copies both ways between two raw TCP connections until both directions are done,
-// and returns the connection's outcome. io.Copy between two *net.TCPConn uses splice(2): the
-// bytes never enter user space. A clean EOF on one side is passed on as a half-close; an
-// error on either side ends both.
+// and returns the connection's outcome. Bytes move through relay: small reads in user space
+// through pooled buffers, bulk through splice(2), nothing held while idle. A clean EOF on
+// one side is passed on as a half-close; an error on either side ends both.
 //
 // With expectTLS, the backend's first bytes are checked before anything reaches the client:
 // a backend that does not answer a ClientHello with a TLS record (a MySQL or MariaDB greeting,
 // a plaintext server) is reported instead of handing the client bytes it cannot parse.
 func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) string {
+	idle := c.p.opts.IdleTimeout
 	c.touch()
 	done := make(chan struct{})
 	go func() {
-		var n int64
-		var err error
-		if c.p.opts.IdleTimeout > 0 {
-			n, err = c.copyIdle(backend, client)
-		} else {
-			n, err = io.Copy(backend, client)
-		}
+		n, err := c.relay(backend, client, idle)
 		c.in += n
 		if err != nil {
 			c.closeAll()
@@ -361,19 +354,12 @@ func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) string {
 	outcome := "ok"
 	if expectTLS {
 		if o := c.checkBackendTLS(client, backend); o != "" {
-			outcome = o
 			c.closeAll()
 			<-done
-			return outcome
+			return o
 		}
 	}
-	var n int64
-	var err error
-	if c.p.opts.IdleTimeout > 0 {
-		n, err = c.copyIdle(client, backend)
-	} else {
-		n, err = io.Copy(client, backend)
-	}
+	n, err := c.relay(client, backend, idle)
 	c.out += n
 	if err != nil {
 		c.closeAll()
@@ -389,11 +375,13 @@ const reasonBackendNotTLS = "backend_not_tls"
 // checkBackendTLS reads the backend's first bytes and forwards them when they start a TLS
 // record (handshake or alert). It returns a non-empty outcome when the connection must end.
 func (c *conn) checkBackendTLS(client, backend *net.TCPConn) string {
-	var first [512]byte
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	first := *bp
 	if c.p.opts.IdleTimeout > 0 {
 		backend.SetReadDeadline(time.Now().Add(c.p.opts.IdleTimeout))
 	}
-	n, err := backend.Read(first[:])
+	n, err := backend.Read(first)
 	backend.SetReadDeadline(time.Time{})
 	if n == 0 {
 		if err == io.EOF || err == nil {
@@ -413,24 +401,6 @@ func (c *conn) checkBackendTLS(client, backend *net.TCPConn) string {
 		return "client_write_failed"
 	}
 	return ""
-}
-
-// copyIdle copies src to dst in user space with a read deadline that moves with activity
-// in either direction: the connection ends after IdleTimeout without a byte either way.
-func (c *conn) copyIdle(dst, src *net.TCPConn) (int64, error) {
-	idle := c.p.opts.IdleTimeout
-	var total int64
-	for {
-		src.SetReadDeadline(time.Now().Add(idle))
-		n, err := copyBuf(dst, src, c.touch)
-		total += n
-		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-			if time.Since(time.Unix(0, c.lastActive.Load())) < idle {
-				continue
-			}
-		}
-		return total, err
-	}
 }
 
 func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
