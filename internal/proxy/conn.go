@@ -95,6 +95,13 @@ func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPCon
 	defer c.releaseHello()
 	pre, reason := c.readPreamble(*c.helloBuf)
 	if reason != "" {
+		if reason == reasonTimeout && len(pre.buf) == 0 && c.negotiation == "tls" {
+			// The client sent nothing at all: it is most likely waiting for the server to
+			// speak first (MySQL, MariaDB, NATS without handshake_first), which SNI routing
+			// cannot serve. Say so once per connection, next to the access log line.
+			p.log.Warn("client sent nothing before the hello timeout; server-speaks-first protocols (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose them on a TCP listener with a TCPRoute",
+				"client", client.RemoteAddr().String(), "address", pl.addr)
+		}
 		p.reject(pl.addr, client, reason, c.sni, c.start, c.negotiation)
 		return
 	}

@@ -2,9 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,3 +100,37 @@ func TestIdleTimeout(t *testing.T) {
 		t.Fatalf("idle connection closed after %v, want about 300ms", d)
 	}
 }
+
+// A client that sends nothing (it waits for a server greeting, like the MySQL protocol) is
+// closed at the hello timeout, and the log says why SNI routing cannot serve it.
+func TestSilentClientGetsHint(t *testing.T) {
+	var logs syncBuf
+	p := New(Options{Metrics: metrics.New(), HelloTimeout: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(func() { p.Shutdown(t.Context()) })
+	addr := freeAddr(t)
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, nil)})); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	assertClosedSilently(t, c)
+	deadline := time.Now().Add(2 * time.Second)
+	for !strings.Contains(logs.String(), "TCP listener with a TCPRoute") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no server-speaks-first hint in the log:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
