@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/snigate/snigate/internal/metrics"
@@ -49,6 +50,12 @@ func New(m *metrics.Metrics, state func() State) *Server {
 		}
 		w.Write([]byte("ok\n"))
 	})
+	// Profiles for finding where the proxy spends CPU; the admin listener is loopback-only by
+	// default.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -28,3 +28,15 @@ func setListenerSockopts(fd int, keepAlive time.Duration) error {
 	}
 	return nil
 }
+
+// setDialSockopts enables TCP keepalive on a backend socket with the given idle time; the
+// probe interval and count stay at the kernel's defaults.
+func setDialSockopts(fd int, keepAlive time.Duration) error {
+	if keepAlive < 0 {
+		return nil
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1); err != nil {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, max(int(keepAlive/time.Second), 1))
+}
