@@ -59,6 +59,8 @@ func main() {
 		}
 	case "echo":
 		err = runEcho(os.Args[2:])
+	case "controller":
+		err = runController(os.Args[2:])
 	case "version":
 		fmt.Println("snigate", version)
 	case "-h", "--help", "help":

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/snigate/snigate/internal/admin"
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/source/kubernetes"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+// controllerUsage documents `snigate controller` (issue 5, first step).
+const controllerUsage = `Usage: snigate controller [flags]
+
+Runs snigate against a Kubernetes API server: watches the Gateway API and core objects,
+translates them like "snigate serve" does with files, writes the status of every object of
+snigate's GatewayClasses (one elected replica writes), and, unless --proxy=false, serves the
+routing table in this process.
+
+  snigate controller --kubeconfig ~/.kube/config --gateway infra/edge
+      one process: controller + data plane for the Gateway infra/edge
+  snigate controller --proxy=false
+      status only (in a Pod: in-cluster config, Lease in $POD_NAMESPACE)
+
+Without --gateway the local proxy serves every Gateway of snigate's classes.
+
+Flags:
+`
+
+func runController(args []string) error {
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), controllerUsage)
+		fs.PrintDefaults()
+	}
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
+	gateway := fs.String("gateway", "", "namespace/name of the one Gateway the local proxy serves (default: all of snigate's)")
+	serveProxy := fs.Bool("proxy", true, "serve the routing table in this process")
+	controllerName := fs.String("controller-name", translate.DefaultControllerName, "GatewayClass controllerName to answer to")
+	leaderElect := fs.Bool("leader-elect", true, "elect one replica to write status (Lease "+kubernetes.DefaultLeaderElectionID+")")
+	leaseNS := fs.String("leader-election-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the leader election Lease")
+	probes := fs.String("health-probe-address", "", "address for the controller's /healthz and /readyz (empty disables)")
+	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status (empty disables)")
+	bind := fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses")
+	helloTimeout := fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello")
+	helloMax := fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello")
+	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout")
+	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
+	keepAlive := fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish")
+	accessLog := fs.Bool("access-log", true, "log one line per connection")
+	logFormat := fs.String("log-format", "text", "log format: json or text")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("controller: unexpected arguments %q", fs.Args())
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	rc, err := restConfig(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	m := metrics.New()
+	var p *proxy.Proxy
+	var apply func(*snapshot.Snapshot) error
+	if *serveProxy {
+		p = proxy.New(proxy.Options{
+			HelloTimeout: *helloTimeout, HelloMaxBytes: *helloMax, DialTimeout: *dialTimeout,
+			IdleTimeout: *idleTimeout, KeepAlive: *keepAlive, AccessLog: *accessLog,
+			Metrics: m, Logger: log,
+		})
+		apply = p.Apply
+	}
+	c, err := kubernetes.New(kubernetes.Config{
+		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *bind, Gateway: *gateway,
+		Apply: apply, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
+		HealthProbeAddress: *probes, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if *adminAddr != "" {
+		ln, err := net.Listen("tcp", *adminAddr)
+		if err != nil {
+			return fmt.Errorf("--admin: %w", err)
+		}
+		srv := admin.New(m, c.State)
+		defer srv.Close()
+		go srv.Serve(ln)
+		log.Info("admin listening", "address", ln.Addr().String())
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("controller starting", "controllerName", *controllerName, "gateway", *gateway, "proxy", *serveProxy)
+	err = c.Start(ctx)
+	if p != nil {
+		log.Info("shutting down: draining connections", "timeout", *drain)
+		dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+		if p.Shutdown(dctx) != nil {
+			log.Warn("drain timeout reached; closed remaining connections")
+		}
+		dcancel()
+	}
+	return err
+}
+
+// restConfig: an explicit --kubeconfig wins; then the in-cluster config; then the usual
+// kubeconfig loading rules ($KUBECONFIG, ~/.kube/config).
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		if rc, err := rest.InClusterConfig(); err == nil {
+			return rc, nil
+		} else if !errors.Is(err, rest.ErrNotInCluster) {
+			return nil, fmt.Errorf("in-cluster config: %w", err)
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return rc, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

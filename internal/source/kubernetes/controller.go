@@ -1,0 +1,317 @@
+// Package kubernetes is snigate's cluster source: a controller-runtime manager that watches
+// the Gateway API and core objects snigate routes from, runs the same translate stage as
+// standalone mode on a complete view of the cluster, writes every object's status, and hands
+// the snapshot to a local proxy.
+//
+//	c, err := kubernetes.New(kubernetes.Config{REST: cfg, Apply: p.Apply, Gateway: "infra/edge"})
+//	if err != nil { ... }
+//	err = c.Start(ctx) // blocks until ctx is done or leadership is lost
+//
+// # How it runs
+//
+//  1. Every watched kind (GatewayClass, Gateway, TLSRoute, TCPRoute, HTTPRoute,
+//     ReferenceGrant, Service, EndpointSlice, Secret, Namespace) feeds one informer cache.
+//     Any change enqueues the same single key, so a burst of changes makes one translation.
+//  2. The reconciler lists everything from the cache into resources.Resources and calls
+//     translate.Translate with RequireGatewayClass (a cluster is a complete view: a Gateway
+//     whose class is missing is not ours).
+//  3. The snapshot goes to Config.Apply, on every replica (they all serve). With
+//     Config.Gateway set, the snapshot holds that Gateway only (one data plane per Gateway).
+//  4. The status goes to the status writer (status.go): one goroutine, on the elected leader
+//     only, that writes only what changed and retries on conflict.
+//
+// Input that the translate stage rejects as a whole (it cannot pass the CRDs' validation, so
+// it should not exist in a cluster) is logged; the previous snapshot and status stay.
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/admin"
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+// DefaultLeaderElectionID names the Lease that elects the status writer.
+const DefaultLeaderElectionID = "snigate-status-writer"
+
+// Config configures a Controller.
+type Config struct {
+	// REST reaches the API server.
+	REST *rest.Config
+	// ControllerName selects our GatewayClasses; default translate.DefaultControllerName.
+	ControllerName string
+	// DefaultBindAddress is where a Gateway without spec.addresses binds; default 0.0.0.0.
+	DefaultBindAddress string
+	// Gateway ("namespace/name"), when set, limits the snapshot given to Apply to that
+	// Gateway. Status is written for every Gateway of our classes either way.
+	Gateway string
+	// Apply receives every new snapshot (on every replica). An error is logged and the
+	// translation retried with backoff. Nil: status only.
+	Apply func(*snapshot.Snapshot) error
+	// LeaderElection elects one replica to write status; the others translate and serve.
+	// Off, this process writes status unconditionally.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease; required with LeaderElection outside a Pod.
+	LeaderElectionNamespace string
+	// LeaderElectionID is the Lease name; default DefaultLeaderElectionID.
+	LeaderElectionID string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (controller-runtime
+	// defaults when zero: 15 s, 10 s, 2 s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// HealthProbeAddress serves /healthz and /readyz of the manager ("" disables).
+	HealthProbeAddress string
+	Logger             *slog.Logger
+}
+
+// Controller is a running (or runnable) cluster source.
+type Controller struct {
+	cfg     Config
+	log     *slog.Logger
+	mgr     manager.Manager
+	writer  *statusWriter
+	gateway types.NamespacedName
+
+	mu         sync.Mutex
+	generation uint64
+	state      admin.State
+}
+
+// Scheme returns the types the controller reads and writes.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := gwv1.Install(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+var setLoggerOnce sync.Once
+
+// New builds the manager and its watches; nothing runs until Start.
+func New(cfg Config) (*Controller, error) {
+	if cfg.REST == nil {
+		return nil, errors.New("kubernetes: Config.REST is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ControllerName == "" {
+		cfg.ControllerName = translate.DefaultControllerName
+	}
+	if cfg.LeaderElectionID == "" {
+		cfg.LeaderElectionID = DefaultLeaderElectionID
+	}
+	c := &Controller{cfg: cfg, log: cfg.Logger}
+	if cfg.Gateway != "" {
+		ns, name, ok := strings.Cut(cfg.Gateway, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("kubernetes: Gateway %q: want namespace/name", cfg.Gateway)
+		}
+		c.gateway = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	// controller-runtime logs through logr; route it to our slog handler once per process.
+	setLoggerOnce.Do(func() { crlog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler())) })
+
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	opts := manager.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // snigate has its own /metrics
+		HealthProbeBindAddress:        cfg.HealthProbeAddress,
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              cfg.LeaderElectionID,
+		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Logger:                        logr.FromSlogHandler(cfg.Logger.Handler()),
+	}
+	if cfg.LeaseDuration > 0 {
+		opts.LeaseDuration = &cfg.LeaseDuration
+	}
+	if cfg.RenewDeadline > 0 {
+		opts.RenewDeadline = &cfg.RenewDeadline
+	}
+	if cfg.RetryPeriod > 0 {
+		opts.RetryPeriod = &cfg.RetryPeriod
+	}
+	mgr, err := ctrl.NewManager(cfg.REST, opts)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: manager: %w", err)
+	}
+	c.mgr = mgr
+	c.writer = newStatusWriter(mgr.GetClient(), mgr.GetAPIReader(), cfg.ControllerName, cfg.Logger.With("component", "status-writer"))
+	if err := mgr.Add(c.writer); err != nil {
+		return nil, err
+	}
+	if cfg.HealthProbeAddress != "" {
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return nil, err
+		}
+	}
+
+	// One key for everything: the workqueue folds bursts of events into one translation.
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "cluster"}}}
+	})
+	// Gateway API objects: status writes (ours included) change neither generation, labels
+	// nor annotations, and must not trigger a translation.
+	spec := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
+		predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("snigate").
+		WithOptions(controller.Options{
+			// Every replica translates and serves; only the status writer is elected.
+			NeedLeaderElection:      ptr.To(false),
+			MaxConcurrentReconciles: 1,
+		}).
+		Watches(&gwv1.GatewayClass{}, all, spec).
+		Watches(&gwv1.Gateway{}, all, spec).
+		Watches(&gwv1.TLSRoute{}, all, spec).
+		Watches(&gwv1.TCPRoute{}, all, spec).
+		Watches(&gwv1.HTTPRoute{}, all, spec).
+		Watches(&gwv1.ReferenceGrant{}, all, spec).
+		Watches(&corev1.Service{}, all).
+		Watches(&discoveryv1.EndpointSlice{}, all).
+		Watches(&corev1.Secret{}, all).
+		Watches(&corev1.Namespace{}, all)
+	if err := b.Complete(reconcile.Func(c.reconcile)); err != nil {
+		return nil, fmt.Errorf("kubernetes: controller: %w", err)
+	}
+	return c, nil
+}
+
+// Start runs the manager until ctx is done. It returns an error when the manager fails, for
+// example when this replica loses its leader lease.
+func (c *Controller) Start(ctx context.Context) error { return c.mgr.Start(ctx) }
+
+// Client returns the manager's (cached) client.
+func (c *Controller) Client() client.Client { return c.mgr.GetClient() }
+
+// StatusWrites is the number of status updates this process has sent.
+func (c *Controller) StatusWrites() int64 { return c.writer.writes.Load() }
+
+// State returns what the admin server shows.
+func (c *Controller) State() admin.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	res, err := c.load(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	opts := translate.Options{
+		ControllerName:      c.cfg.ControllerName,
+		DefaultBindAddress:  c.cfg.DefaultBindAddress,
+		RequireGatewayClass: true,
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	opts.Generation = c.generation + 1
+	out := translate.Translate(res, opts)
+	if len(out.Errors) > 0 {
+		err := errors.Join(out.Errors...)
+		c.state.LastError = err.Error()
+		c.log.Error("cluster state rejected by translate; keeping the previous snapshot and status", "error", err)
+		return reconcile.Result{}, nil // retrying the same input cannot help; the next change will
+	}
+	c.writer.Publish(out.Status)
+
+	snap := out.Snapshot
+	if c.gateway.Name != "" {
+		snap = translate.Translate(onlyGateway(res, c.gateway), opts).Snapshot
+	}
+	if c.cfg.Apply != nil {
+		if err := c.cfg.Apply(snap); err != nil {
+			c.state.LastError = err.Error()
+			return reconcile.Result{}, fmt.Errorf("applying snapshot: %w", err)
+		}
+	}
+	c.generation = opts.Generation
+	c.state = admin.State{Ready: true, Generation: c.generation, Status: out.Status, Table: snap.Describe()}
+	c.log.Debug("translated", "generation", c.generation, "ports", len(snap.Ports))
+	return reconcile.Result{}, nil
+}
+
+// onlyGateway is res with one Gateway left: that Gateway's data plane serves nothing else,
+// and no other Gateway's claim on a port can take the port from it.
+func onlyGateway(res *resources.Resources, gw types.NamespacedName) *resources.Resources {
+	out := *res
+	out.Gateways = nil
+	for _, g := range res.Gateways {
+		if g.Namespace == gw.Namespace && g.Name == gw.Name {
+			out.Gateways = append(out.Gateways, g)
+		}
+	}
+	return &out
+}
+
+// load lists every watched kind from the informer cache.
+func (c *Controller) load(ctx context.Context) (*resources.Resources, error) {
+	cl := c.mgr.GetClient()
+	res := &resources.Resources{}
+	var (
+		gcs   gwv1.GatewayClassList
+		gws   gwv1.GatewayList
+		tls   gwv1.TLSRouteList
+		tcp   gwv1.TCPRouteList
+		http  gwv1.HTTPRouteList
+		rgs   gwv1.ReferenceGrantList
+		svcs  corev1.ServiceList
+		eps   discoveryv1.EndpointSliceList
+		secs  corev1.SecretList
+		nss   corev1.NamespaceList
+		lists = []client.ObjectList{&gcs, &gws, &tls, &tcp, &http, &rgs, &svcs, &eps, &secs, &nss}
+	)
+	for _, l := range lists {
+		if err := cl.List(ctx, l); err != nil {
+			return nil, fmt.Errorf("listing %T: %w", l, err)
+		}
+	}
+	res.GatewayClasses = ptrs(gcs.Items)
+	res.Gateways = ptrs(gws.Items)
+	res.TLSRoutes = ptrs(tls.Items)
+	res.TCPRoutes = ptrs(tcp.Items)
+	res.HTTPRoutes = ptrs(http.Items)
+	res.ReferenceGrants = ptrs(rgs.Items)
+	res.Services = ptrs(svcs.Items)
+	res.EndpointSlices = ptrs(eps.Items)
+	res.Secrets = ptrs(secs.Items)
+	res.Namespaces = ptrs(nss.Items)
+	return res, nil
+}

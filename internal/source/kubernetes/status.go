@@ -1,0 +1,298 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/translate"
+)
+
+// statusWriter is the one goroutine that writes status to the API server. The reconciler
+// hands it the latest translate.Status (Publish, never blocking); the writer compares each
+// object's desired status with the stored one and writes only what differs, retrying on
+// conflict. It runs only on the leader (manager.LeaderElectionRunnable), so several replicas
+// never fight over status; every replica still translates and serves its own snapshot.
+type statusWriter struct {
+	cached         client.Client // reads from the informer cache, writes to the API server
+	api            client.Reader // uncached reads after a conflict
+	controllerName gwv1.GatewayController
+	log            *slog.Logger
+	retryAfter     time.Duration
+
+	mu     sync.Mutex
+	latest *translate.Status
+	kick   chan struct{} // capacity 1: "latest changed"
+
+	writes atomic.Int64 // status updates sent (tests, logs)
+	passes atomic.Int64 // write passes finished, successful or not (tests)
+}
+
+var (
+	_ manager.Runnable               = (*statusWriter)(nil)
+	_ manager.LeaderElectionRunnable = (*statusWriter)(nil)
+)
+
+func newStatusWriter(c client.Client, api client.Reader, controllerName string, log *slog.Logger) *statusWriter {
+	return &statusWriter{
+		cached: c, api: api, controllerName: gwv1.GatewayController(controllerName), log: log,
+		retryAfter: time.Second, kick: make(chan struct{}, 1),
+	}
+}
+
+// NeedLeaderElection makes the manager start the writer only on the elected replica.
+func (w *statusWriter) NeedLeaderElection() bool { return true }
+
+// Publish replaces the status to write; only the latest one is ever written.
+func (w *statusWriter) Publish(s *translate.Status) {
+	w.mu.Lock()
+	w.latest = s
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start writes the latest status whenever it changes until ctx is done. A failed pass is
+// tried again after retryAfter (or sooner, when a newer status arrives).
+func (w *statusWriter) Start(ctx context.Context) error {
+	w.log.Info("status writer started (leader)")
+	var retryC <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.kick:
+		case <-retryC:
+		}
+		retryC = nil
+		w.mu.Lock()
+		s := w.latest
+		w.mu.Unlock()
+		if s == nil {
+			continue
+		}
+		err := w.write(ctx, s)
+		w.passes.Add(1)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.log.Warn("writing status failed; will retry", "error", err)
+			retryC = time.After(w.retryAfter)
+		}
+	}
+}
+
+// write brings every object's status in line with s. It goes on after an error and returns
+// all errors joined.
+func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
+	var errs []error
+	for _, st := range s.GatewayClasses {
+		errs = append(errs, writeOne(ctx, w, &gwv1.GatewayClass{}, "", st.Name, func(o *gwv1.GatewayClass) bool {
+			next := o.Status.DeepCopy()
+			next.Conditions = mergeConditions(o.Status.Conditions, st.Status.Conditions)
+			next.SupportedFeatures = st.Status.SupportedFeatures
+			return w.set(&o.Status, next)
+		}))
+	}
+	for _, st := range s.Gateways {
+		errs = append(errs, writeOne(ctx, w, &gwv1.Gateway{}, st.Namespace, st.Name, func(o *gwv1.Gateway) bool {
+			return w.set(&o.Status, mergeGatewayStatus(&o.Status, &st.Status))
+		}))
+	}
+	errs = append(errs, writeRoutes(ctx, w, &gwv1.TLSRouteList{}, s.TLSRoutes,
+		func(l *gwv1.TLSRouteList) []*gwv1.TLSRoute { return ptrs(l.Items) },
+		func(o *gwv1.TLSRoute) *gwv1.RouteStatus { return &o.Status.RouteStatus },
+		func(st *gwv1.TLSRouteStatus) *gwv1.RouteStatus { return &st.RouteStatus }))
+	errs = append(errs, writeRoutes(ctx, w, &gwv1.TCPRouteList{}, s.TCPRoutes,
+		func(l *gwv1.TCPRouteList) []*gwv1.TCPRoute { return ptrs(l.Items) },
+		func(o *gwv1.TCPRoute) *gwv1.RouteStatus { return &o.Status.RouteStatus },
+		func(st *gwv1.TCPRouteStatus) *gwv1.RouteStatus { return &st.RouteStatus }))
+	errs = append(errs, writeRoutes(ctx, w, &gwv1.HTTPRouteList{}, s.HTTPRoutes,
+		func(l *gwv1.HTTPRouteList) []*gwv1.HTTPRoute { return ptrs(l.Items) },
+		func(o *gwv1.HTTPRoute) *gwv1.RouteStatus { return &o.Status.RouteStatus },
+		func(st *gwv1.HTTPRouteStatus) *gwv1.RouteStatus { return &st.RouteStatus }))
+	return errors.Join(errs...)
+}
+
+// set stores next in *cur and reports whether it differs. equality.Semantic treats nil and
+// empty lists as equal and compares times by value.
+func (w *statusWriter) set(cur, next any) bool {
+	switch c := cur.(type) {
+	case *gwv1.GatewayClassStatus:
+		n := next.(*gwv1.GatewayClassStatus)
+		if equality.Semantic.DeepEqual(c, n) {
+			return false
+		}
+		*c = *n
+	case *gwv1.GatewayStatus:
+		n := next.(*gwv1.GatewayStatus)
+		if equality.Semantic.DeepEqual(c, n) {
+			return false
+		}
+		*c = *n
+	case *gwv1.RouteStatus:
+		n := next.(*gwv1.RouteStatus)
+		if equality.Semantic.DeepEqual(c, n) {
+			return false
+		}
+		*c = *n
+	default:
+		panic(fmt.Sprintf("statusWriter.set: unexpected %T", cur))
+	}
+	return true
+}
+
+// writeOne updates the status of one object: mutate changes the object's status in place and
+// reports whether it changed. The first attempt reads the informer cache (no API call when
+// nothing changed); after a conflict the object is read from the API server and mutate runs
+// again on the fresh copy.
+func writeOne[T client.Object](ctx context.Context, w *statusWriter, obj T, namespace, name string, mutate func(T) bool) error {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	var reader client.Reader = w.cached
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if err := reader.Get(ctx, key, obj); err != nil {
+			return err
+		}
+		reader = w.api // a conflict means the cache was stale
+		if !mutate(obj) {
+			return nil
+		}
+		if err := w.cached.Status().Update(ctx, obj); err != nil {
+			return err
+		}
+		w.writes.Add(1)
+		w.log.Debug("status written", "kind", fmt.Sprintf("%T", obj), "namespace", namespace, "name", name)
+		return nil
+	})
+	if apierrors.IsNotFound(err) {
+		return nil // deleted meanwhile: nothing to write
+	}
+	if err != nil {
+		return fmt.Errorf("%T %s: %w", obj, key, err)
+	}
+	return nil
+}
+
+// writeRoutes reconciles our entries in status.parents of every route of one kind: routes in
+// desired get exactly the parents translate computed, every other route loses the entries
+// with our controllerName (a parentRef to our Gateway was removed). Entries of other
+// controllers are kept as they are.
+func writeRoutes[L client.ObjectList, R client.Object, S any](ctx context.Context, w *statusWriter,
+	list L, desired []translate.ObjectStatus[S], items func(L) []R,
+	routeStatus func(R) *gwv1.RouteStatus, want func(*S) *gwv1.RouteStatus,
+) error {
+	if err := w.cached.List(ctx, list); err != nil {
+		return fmt.Errorf("listing %T: %w", list, err)
+	}
+	byKey := make(map[client.ObjectKey]*gwv1.RouteStatus, len(desired))
+	for i := range desired {
+		d := &desired[i]
+		byKey[client.ObjectKey{Namespace: d.Namespace, Name: d.Name}] = want(&d.Status)
+	}
+	var errs []error
+	for _, r := range items(list) {
+		key := client.ObjectKeyFromObject(r)
+		d := byKey[key]
+		if d == nil && !hasOurs(routeStatus(r), w.controllerName) {
+			continue // never ours: skip the read-modify-write
+		}
+		obj := r.DeepCopyObject().(R)
+		errs = append(errs, writeOne(ctx, w, obj, key.Namespace, key.Name, func(o R) bool {
+			cur := routeStatus(o)
+			return w.set(cur, mergeRouteStatus(cur, d, w.controllerName))
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+func ptrs[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+func hasOurs(s *gwv1.RouteStatus, ctrl gwv1.GatewayController) bool {
+	for _, p := range s.Parents {
+		if p.ControllerName == ctrl {
+			return true
+		}
+	}
+	return false
+}
+
+// mergeConditions returns want with each condition's lastTransitionTime taken from cur when
+// the condition of that type had the same status there: the time marks a transition of the
+// status, not the latest write (Gateway API and metav1.Condition semantics).
+func mergeConditions(cur, want []metav1.Condition) []metav1.Condition {
+	if want == nil {
+		return nil
+	}
+	out := make([]metav1.Condition, len(want))
+	for i, c := range want {
+		if old := meta.FindStatusCondition(cur, c.Type); old != nil && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+		out[i] = c
+	}
+	return out
+}
+
+func mergeGatewayStatus(cur, want *gwv1.GatewayStatus) *gwv1.GatewayStatus {
+	next := want.DeepCopy()
+	next.Conditions = mergeConditions(cur.Conditions, want.Conditions)
+	for i := range next.Listeners {
+		l := &next.Listeners[i]
+		for _, old := range cur.Listeners {
+			if old.Name == l.Name {
+				l.Conditions = mergeConditions(old.Conditions, l.Conditions)
+				break
+			}
+		}
+	}
+	return next
+}
+
+// mergeRouteStatus keeps the parents of other controllers in their order and replaces ours
+// with want's (want nil: none of ours). A parent of ours that stays keeps the
+// lastTransitionTime of its unchanged conditions.
+func mergeRouteStatus(cur, want *gwv1.RouteStatus, ctrl gwv1.GatewayController) *gwv1.RouteStatus {
+	// The CRD requires status.parents to be present: an empty list, never null.
+	next := &gwv1.RouteStatus{Parents: []gwv1.RouteParentStatus{}}
+	for _, p := range cur.Parents {
+		if p.ControllerName != ctrl {
+			next.Parents = append(next.Parents, *p.DeepCopy())
+		}
+	}
+	if want == nil {
+		return next
+	}
+	for _, p := range want.Parents {
+		p := *p.DeepCopy()
+		for _, old := range cur.Parents {
+			if old.ControllerName == ctrl && equality.Semantic.DeepEqual(old.ParentRef, p.ParentRef) {
+				p.Conditions = mergeConditions(old.Conditions, p.Conditions)
+				break
+			}
+		}
+		next.Parents = append(next.Parents, p)
+	}
+	return next
+}
