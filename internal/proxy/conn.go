@@ -349,13 +349,7 @@ func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) string {
 	c.touch()
 	done := make(chan struct{})
 	go func() {
-		n, err := c.relay(backend, client, idle)
-		c.in += n
-		if err != nil {
-			c.closeAll()
-		} else {
-			backend.CloseWrite()
-		}
+		c.endHalf(backend, &c.in)(c.relay(backend, client, idle))
 		close(done)
 	}()
 	outcome := "ok"
@@ -366,15 +360,22 @@ func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) string {
 			return o
 		}
 	}
-	n, err := c.relay(client, backend, idle)
-	c.out += n
-	if err != nil {
-		c.closeAll()
-	} else {
-		client.CloseWrite()
-	}
+	c.endHalf(client, &c.out)(c.relay(client, backend, idle))
 	<-done
 	return outcome
+}
+
+// endHalf returns what to do when one direction's copy toward dst ends: count its bytes,
+// pass a clean EOF on as a half-close, and end both sides on an error.
+func (c *conn) endHalf(dst interface{ CloseWrite() error }, count *int64) func(int64, error) {
+	return func(n int64, err error) {
+		*count += n
+		if err != nil {
+			c.closeAll()
+		} else {
+			dst.CloseWrite()
+		}
+	}
 }
 
 const reasonBackendNotTLS = "backend_not_tls"
@@ -417,30 +418,17 @@ func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 func (c *conn) pipeTLS(client *tls.Conn, backend *net.TCPConn) {
 	done := make(chan struct{})
 	go func() {
-		n, err := copyBuf(backend, client, nil)
-		c.in += n
-		if err != nil {
-			c.closeAll()
-		} else {
-			backend.CloseWrite()
-		}
+		c.endHalf(backend, &c.in)(copyBuf(backend, client))
 		close(done)
 	}()
-	n, err := copyBuf(client, backend, nil)
-	c.out += n
-	if err != nil {
-		c.closeAll()
-	} else {
-		client.CloseWrite()
-	}
+	c.endHalf(client, &c.out)(copyBuf(client, backend))
 	<-done
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// copyBuf copies src to dst through a pooled buffer. touch, when set, is called after every
-// read, for idle tracking. It returns nil at EOF.
-func copyBuf(dst io.Writer, src io.Reader, touch func()) (int64, error) {
+// copyBuf copies src to dst through a pooled buffer. It returns nil at EOF.
+func copyBuf(dst io.Writer, src io.Reader) (int64, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -448,9 +436,6 @@ func copyBuf(dst io.Writer, src io.Reader, touch func()) (int64, error) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if touch != nil {
-				touch()
-			}
 			w, werr := dst.Write(buf[:n])
 			total += int64(w)
 			if werr != nil {
