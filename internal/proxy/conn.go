@@ -3,10 +3,12 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -416,25 +418,41 @@ func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 // pipeTLS copies between a terminated TLS client and a plain backend, through pooled
 // buffers (splice cannot help: the bytes must pass through crypto/tls).
 func (c *conn) pipeTLS(client *tls.Conn, backend *net.TCPConn) {
+	c.touch()
 	done := make(chan struct{})
 	go func() {
-		c.endHalf(backend, &c.in)(copyBuf(backend, client))
+		c.endHalf(backend, &c.in)(c.copyBuf(backend, client))
 		close(done)
 	}()
-	c.endHalf(client, &c.out)(copyBuf(client, backend))
+	c.endHalf(client, &c.out)(c.copyBuf(client, backend))
 	<-done
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// copyBuf copies src to dst through a pooled buffer. It returns nil at EOF.
-func copyBuf(dst io.Writer, src io.Reader) (int64, error) {
+// copyBuf copies src to dst through a pooled buffer. It returns nil at EOF. With an idle
+// timeout, reads carry a deadline that moves with activity in either direction.
+func (c *conn) copyBuf(dst io.Writer, src interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}) (int64, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
+	idle := c.p.opts.IdleTimeout
 	var total int64
 	for {
+		if idle > 0 {
+			src.SetReadDeadline(time.Now().Add(idle))
+		}
 		n, err := src.Read(buf)
+		if err != nil && n == 0 && idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) &&
+			time.Since(time.Unix(0, c.lastActive.Load())) < idle {
+			continue // the other direction was active
+		}
+		if n > 0 && idle > 0 {
+			c.touch()
+		}
 		if n > 0 {
 			w, werr := dst.Write(buf[:n])
 			total += int64(w)

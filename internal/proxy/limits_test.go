@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -134,3 +135,38 @@ type syncBuf struct {
 
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// The idle timeout applies to terminated connections too.
+func TestIdleTimeoutTerminate(t *testing.T) {
+	plain := backend(t, "P", nil)
+	lc := selfSigned(t, "t.test")
+	p := New(Options{Metrics: metrics.New(), IdleTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
+	t.Cleanup(func() { p.Shutdown(t.Context()) })
+	addr := freeAddr(t)
+	l := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
+		TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{lc}}}
+	l.Routes.Add("t.test", route("t", plain))
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{"t.test": l})})); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := dialTLS(t, addr, "t.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for i := 0; i < 4; i++ {
+		time.Sleep(150 * time.Millisecond)
+		io.WriteString(c, "x\n")
+		if line, err := r.ReadString('\n'); err != nil || line != "x\n" {
+			t.Fatalf("active terminated connection cut: %q, %v", line, err)
+		}
+	}
+	start := time.Now()
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("idle terminated connection still open")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("closed after %v, want about 300ms", d)
+	}
+}
