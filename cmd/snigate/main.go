@@ -33,7 +33,8 @@ const usage = `snigate: one IP, many TLS services, routed by SNI.
 Usage:
   snigate serve -f PATH [flags]   serve Gateway API manifests from files
   snigate check -f PATH           validate manifests, print status and routing table
-  snigate echo --listen ADDR      run a TLS or TCP echo backend for demos and tests
+  snigate echo --listen ADDR      run a TLS, TCP or HTTP (--http) echo backend for demos and tests
+  snigate controller [flags]      run against a Kubernetes API server (see config/README.md)
   snigate version
 
 Run "snigate COMMAND -h" for a command's flags.
