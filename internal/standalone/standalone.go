@@ -48,9 +48,12 @@ type Runner struct {
 	cfg Config
 	log *slog.Logger
 
-	mu         sync.Mutex // serialises loads; guards state
+	mu         sync.Mutex // serialises loads
 	generation uint64
-	state      admin.State
+	// stateMu guards state alone, so /status and /readyz answer at once while a long load
+	// (100 000 routes take about a second) runs.
+	stateMu sync.Mutex
+	state   admin.State
 }
 
 // New returns a runner; nothing is loaded until Load.
@@ -66,8 +69,8 @@ func New(cfg Config) *Runner {
 
 // State returns what the admin server shows.
 func (r *Runner) State() admin.State {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
 	return r.state
 }
 
@@ -79,10 +82,13 @@ func (r *Runner) Load() error {
 	err := r.load()
 	if err != nil {
 		r.cfg.Metrics.Reloads.WithLabelValues("rejected").Inc()
+		r.stateMu.Lock()
 		r.state.LastError = err.Error()
-		if r.state.Ready {
+		ready, gen := r.state.Ready, r.state.Generation
+		r.stateMu.Unlock()
+		if ready {
 			r.log.Error("configuration rejected; still serving the previous one",
-				"generation", r.state.Generation, "error", err)
+				"generation", gen, "error", err)
 		}
 		return err
 	}
@@ -118,7 +124,9 @@ func (r *Runner) load() error {
 	}
 	r.cfg.Metrics.Generation.Set(float64(r.generation))
 	r.cfg.Metrics.Routes.Set(float64(routes))
+	r.stateMu.Lock()
 	r.state = admin.State{Ready: true, Generation: r.generation, Status: out.Status, Table: d}
+	r.stateMu.Unlock()
 	r.log.Info("configuration applied", "generation", r.generation, "ports", len(d.Ports),
 		"routeHostnames", routes)
 	return nil
