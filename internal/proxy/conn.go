@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
@@ -65,6 +67,29 @@ type conn struct {
 	endpointAddr netip.AddrPort
 	in, out      int64 // client→backend, backend→client
 	lastActive   atomic.Int64
+
+	// async is set once the two copy goroutines own the connection: the last of them to
+	// finish ends it, and handle's goroutine (with the deep stack it grew while routing and
+	// dialing) exits instead of waiting. An idle connection then costs two small stacks.
+	async     bool
+	remaining atomic.Int32
+	outcome   string // set by the backend→client goroutine before it finishes
+	active    prometheus.Gauge
+	onEnd     []func()
+}
+
+// end releases what the connection held in the proxy's books; it runs exactly once.
+func (c *conn) end() {
+	for _, f := range c.onEnd {
+		f()
+	}
+	c.active.Dec()
+	p := c.p
+	p.connMu.Lock()
+	delete(p.connSet, c)
+	p.connMu.Unlock()
+	c.pl.active.Add(-1)
+	p.conns.Done()
 }
 
 func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPConn) {
@@ -72,15 +97,12 @@ func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPCon
 	p.connMu.Lock()
 	p.connSet[c] = struct{}{}
 	p.connMu.Unlock()
-	active := p.m.Active.WithLabelValues(pl.addr)
-	active.Inc()
+	c.active = p.m.Active.WithLabelValues(pl.addr)
+	c.active.Inc()
 	defer func() {
-		active.Dec()
-		p.connMu.Lock()
-		delete(p.connSet, c)
-		p.connMu.Unlock()
-		pl.active.Add(-1)
-		p.conns.Done()
+		if !c.async {
+			c.end()
+		}
 	}()
 
 	if port.Protocol == snapshot.ProtocolTCP {
@@ -257,8 +279,9 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface ...[]byt
 			return
 		}
 		if ip, ok := netipAddr(c.client.RemoteAddr()); ok {
-			c.pl.pg.add(ip, c.endpointAddr)
-			defer c.pl.pg.remove(ip, c.endpointAddr)
+			ep := c.endpointAddr
+			c.pl.pg.add(ip, ep)
+			c.onEnd = append(c.onEnd, func() { c.pl.pg.remove(ip, ep) })
 		}
 	}
 	for _, b := range preface {
@@ -272,8 +295,7 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface ...[]byt
 		c.in += int64(len(b))
 	}
 	c.releaseHello()
-	outcome := c.pipe(c.client, bc, l.Mode == snapshot.ModePassthrough)
-	c.finish(outcome)
+	c.pipe(c.client, bc, l.Mode == snapshot.ModePassthrough)
 }
 
 // terminate completes the TLS handshake with the listener's certificate, replaying the
@@ -338,33 +360,44 @@ func (c *conn) closeAll() {
 	}
 }
 
-// pipe copies both ways between two raw TCP connections until both directions are done,
-// and returns the connection's outcome. Bytes move through relay: small reads in user space
+// pipe copies both ways between two raw TCP connections, each direction in a goroutine of
+// its own, and ends the connection when both are done. Bytes move through relay: small reads in user space
 // through pooled buffers, bulk through splice(2), nothing held while idle. A clean EOF on
 // one side is passed on as a half-close; an error on either side ends both.
 //
 // With expectTLS, the backend's first bytes are checked before anything reaches the client:
 // a backend that does not answer a ClientHello with a TLS record (a MySQL or MariaDB greeting,
 // a plaintext server) is reported instead of handing the client bytes it cannot parse.
-func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) string {
+func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) {
 	idle := c.p.opts.IdleTimeout
 	c.touch()
-	done := make(chan struct{})
-	go func() {
-		c.endHalf(backend, &c.in)(c.relay(backend, client, idle))
-		close(done)
-	}()
-	outcome := "ok"
-	if expectTLS {
-		if o := c.checkBackendTLS(client, backend); o != "" {
-			c.closeAll()
-			<-done
-			return o
+	c.async = true
+	c.outcome = "ok"
+	c.remaining.Store(2)
+	// Whichever direction finishes last writes the access log and ends the connection; the
+	// atomic counter orders both goroutines' writes (in, out, outcome) before that.
+	done := func() {
+		if c.remaining.Add(-1) == 0 {
+			c.finish(c.outcome)
+			c.end()
 		}
 	}
-	c.endHalf(client, &c.out)(c.relay(client, backend, idle))
-	<-done
-	return outcome
+	go func() {
+		c.endHalf(backend, &c.in)(c.relay(backend, client, idle))
+		done()
+	}()
+	go func() {
+		if expectTLS {
+			if o := c.checkBackendTLS(client, backend); o != "" {
+				c.outcome = o
+				c.closeAll()
+				done()
+				return
+			}
+		}
+		c.endHalf(client, &c.out)(c.relay(client, backend, idle))
+		done()
+	}()
 }
 
 // endHalf returns what to do when one direction's copy toward dst ends: count its bytes,
