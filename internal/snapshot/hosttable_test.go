@@ -141,3 +141,27 @@ func endpoints(s ...string) []netip.AddrPort {
 	}
 	return out
 }
+
+func TestRouteHostnames(t *testing.T) {
+	l := &Listener{Name: "l"}
+	l.Routes.Add("a.test", &Route{})
+	l.Routes.Add("*.b.test", &Route{})
+	tcp := &Listener{Name: "t", Route: &Route{}}
+	p1 := &Port{Address: "127.0.0.1:1", Protocol: ProtocolTLS}
+	p1.Listeners.Add("", l)
+	p2 := &Port{Address: "127.0.0.1:2", Protocol: ProtocolTCP, TCP: tcp}
+	s := New(1, []*Port{p1, p2})
+	if n := s.RouteHostnames(); n != 3 {
+		t.Fatalf("RouteHostnames = %d, want 3", n)
+	}
+	var d Description = s.Describe()
+	got := 0
+	for _, p := range d.Ports {
+		for _, l := range p.Listeners {
+			got += len(l.Routes)
+		}
+	}
+	if got != 3 {
+		t.Fatalf("Describe lists %d routes, RouteHostnames says 3", got)
+	}
+}

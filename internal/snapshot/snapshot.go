@@ -173,3 +173,30 @@ func NewRoute(name string, backends []Backend) *Route {
 	}
 	return r
 }
+
+// RouteHostnames counts the hostname patterns routed on every listener of every port (a TCP
+// listener's route counts once). It is cheap: no description is built.
+func (s *Snapshot) RouteHostnames() int {
+	if s == nil {
+		return 0
+	}
+	n := 0
+	count := func(l *Listener) {
+		n += l.Routes.Len()
+		if l.Route != nil {
+			n++
+		}
+		if l.HTTP != nil {
+			n += l.HTTP.Hosts.Len()
+		}
+	}
+	for _, p := range s.Ports {
+		if p.TCP != nil {
+			count(p.TCP)
+		}
+		for _, e := range p.Listeners.Entries() {
+			count(e.Value)
+		}
+	}
+	return n
+}
