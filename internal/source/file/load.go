@@ -30,6 +30,7 @@ package file
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,9 +64,11 @@ func Load(paths ...string) (*resources.Resources, error) {
 		return nil, errors.New("no input files given")
 	}
 	l := &loader{
-		res:  &resources.Resources{Origins: map[string]string{}},
-		seen: map[string]string{},
+		cached: true,
+		res:    &resources.Resources{Origins: map[string]string{}},
+		seen:   map[string]string{},
 	}
+	read := map[string]bool{}
 	for _, p := range paths {
 		files, err := expand(p)
 		if err != nil {
@@ -78,9 +81,11 @@ func Load(paths ...string) (*resources.Resources, error) {
 				l.errs = append(l.errs, err)
 				continue
 			}
+			read[f] = true
 			l.file(f, data)
 		}
 	}
+	conversions.keep(read)
 	if len(l.errs) > 0 {
 		return nil, errors.Join(l.errs...)
 	}
@@ -132,9 +137,11 @@ func expand(p string) ([]string, error) {
 }
 
 type loader struct {
-	res  *resources.Resources
-	seen map[string]string // origin key -> where it was first defined
-	errs []error
+	// cached: reuse conversions of unchanged files (Load only; Decode's input has no file).
+	cached bool
+	res    *resources.Resources
+	seen   map[string]string // origin key -> where it was first defined
+	errs   []error
 }
 
 // where names a document for error messages: "file: document 2".
@@ -164,9 +171,55 @@ func (l *loader) fail(w where, obj string, format string, args ...any) {
 
 func (l *loader) file(name string, data []byte) {
 	docs := splitDocuments(data)
-	conv := convertAll(docs)
+	var conv []converted
+	if l.cached {
+		conv = conversions.get(name, data, docs)
+	} else {
+		conv = convertAll(docs)
+	}
 	for i, doc := range docs {
 		l.document(where{file: name, doc: i + 1, item: -1}, doc, conv[i])
+	}
+}
+
+// conversions remembers the YAML -> JSON conversion of each file by its content, so that a
+// reload after one file changed converts only that file: with 100 000 routes, converting
+// is most of the time a reload takes. Only the files of the latest Load are kept.
+var conversions = &convCache{m: map[string]convEntry{}}
+
+type convCache struct {
+	mu sync.Mutex
+	m  map[string]convEntry
+}
+
+type convEntry struct {
+	sum  [sha256.Size]byte
+	conv []converted
+}
+
+func (c *convCache) get(name string, data []byte, docs []document) []converted {
+	sum := sha256.Sum256(data)
+	c.mu.Lock()
+	e, ok := c.m[name]
+	c.mu.Unlock()
+	if ok && e.sum == sum && len(e.conv) == len(docs) {
+		return e.conv
+	}
+	conv := convertAll(docs)
+	c.mu.Lock()
+	c.m[name] = convEntry{sum: sum, conv: conv}
+	c.mu.Unlock()
+	return conv
+}
+
+// keep drops every file not in names.
+func (c *convCache) keep(names map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for n := range c.m {
+		if !names[n] {
+			delete(c.m, n)
+		}
 	}
 }
 
