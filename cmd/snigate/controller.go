@@ -64,6 +64,7 @@ func runController(args []string) error {
 	accessLog := fs.Bool("access-log", true, "log one line per connection")
 	logFormat := fs.String("log-format", "text", "log format: json or text")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	provisionOpts := provisionFlags(fs) // dataplane.go
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func runController(args []string) error {
 	c, err := kubernetes.New(kubernetes.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *bind, Gateway: *gateway,
 		Apply: apply, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
-		HealthProbeAddress: *probes, Logger: log,
+		HealthProbeAddress: *probes, Logger: log, Provision: provisionOpts(),
 	})
 	if err != nil {
 		return err

@@ -35,6 +35,7 @@ Usage:
   snigate check -f PATH           validate manifests, print status and routing table
   snigate echo --listen ADDR      run a TLS, TCP or HTTP (--http) echo backend for demos and tests
   snigate controller [flags]      run against a Kubernetes API server (see config/README.md)
+  snigate dataplane --gateway NS/NAME  serve one Gateway from the API server (provisioned by the controller)
   snigate version
 
 Run "snigate COMMAND -h" for a command's flags.
@@ -62,6 +63,8 @@ func main() {
 		err = runEcho(os.Args[2:])
 	case "controller":
 		err = runController(os.Args[2:])
+	case "dataplane":
+		err = runDataplane(os.Args[2:])
 	case "version":
 		fmt.Println("snigate", version)
 	case "-h", "--help", "help":

@@ -18,7 +18,10 @@
 //  3. The snapshot goes to Config.Apply, on every replica (they all serve). With
 //     Config.Gateway set, the snapshot holds that Gateway only (one data plane per Gateway).
 //  4. The status goes to the status writer (status.go): one goroutine, on the elected leader
-//     only, that writes only what changed and retries on conflict.
+//     only, that writes only what changed and retries on conflict. With Config.Provision,
+//     each Gateway's addresses come from its provisioned Service first.
+//  5. With Config.Provision, the elected leader also provisions a data plane per Gateway
+//     (internal/provision); a data plane runs this same source with Config.ReadOnly.
 //
 // Input that the translate stage rejects as a whole (it cannot pass the CRDs' validation, so
 // it should not exist in a cluster) is logged; the previous snapshot and status stay.
@@ -55,6 +58,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/admin"
+	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/translate"
@@ -87,6 +91,13 @@ type Config struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (controller-runtime
 	// defaults when zero: 15 s, 10 s, 2 s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Provision, when set, makes the elected replica provision a data plane per Gateway of
+	// our classes (internal/provision: Deployment, LoadBalancer Service, ServiceAccount) and
+	// takes each Gateway's status.addresses from its Service (provision.SetAddresses).
+	Provision *provision.Options
+	// ReadOnly runs no status writer and writes nothing: a provisioned data plane
+	// (`snigate dataplane`), which only watches and serves. LeaderElection is ignored.
+	ReadOnly bool
 	// HealthProbeAddress serves /healthz and /readyz of the manager ("" disables).
 	HealthProbeAddress string
 	Logger             *slog.Logger
@@ -144,6 +155,9 @@ func New(cfg Config) (*Controller, error) {
 	// controller-runtime logs through logr; route it to our slog handler once per process.
 	setLoggerOnce.Do(func() { crlog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler())) })
 
+	if cfg.ReadOnly {
+		cfg.LeaderElection, cfg.Provision = false, nil
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
@@ -157,6 +171,9 @@ func New(cfg Config) (*Controller, error) {
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Logger:                        logr.FromSlogHandler(cfg.Logger.Handler()),
+	}
+	if cfg.Provision != nil {
+		opts.Cache.ByObject = provision.CacheByObject()
 	}
 	if cfg.LeaseDuration > 0 {
 		opts.LeaseDuration = &cfg.LeaseDuration
@@ -172,9 +189,21 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("kubernetes: manager: %w", err)
 	}
 	c.mgr = mgr
-	c.writer = newStatusWriter(mgr.GetClient(), mgr.GetAPIReader(), cfg.ControllerName, cfg.Logger.With("component", "status-writer"))
-	if err := mgr.Add(c.writer); err != nil {
-		return nil, err
+	if !cfg.ReadOnly {
+		c.writer = newStatusWriter(mgr.GetClient(), mgr.GetAPIReader(), cfg.ControllerName, cfg.Logger.With("component", "status-writer"))
+		if err := mgr.Add(c.writer); err != nil {
+			return nil, err
+		}
+	}
+	if p := cfg.Provision; p != nil {
+		o := *p
+		o.ControllerName = cfg.ControllerName
+		if o.Logger == nil {
+			o.Logger = cfg.Logger
+		}
+		if err := provision.Setup(mgr, o); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.HealthProbeAddress != "" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -196,6 +225,9 @@ func New(cfg Config) (*Controller, error) {
 			// Every replica translates and serves; only the status writer is elected.
 			NeedLeaderElection:      ptr.To(false),
 			MaxConcurrentReconciles: 1,
+			// Names only label metrics, which snigate turns off; a process may hold several
+			// (a test runs the controller and a data plane side by side).
+			SkipNameValidation: ptr.To(true),
 		}).
 		Watches(&gwv1.GatewayClass{}, all, spec).
 		Watches(&gwv1.Gateway{}, all, spec).
@@ -221,7 +253,12 @@ func (c *Controller) Start(ctx context.Context) error { return c.mgr.Start(ctx) 
 func (c *Controller) Client() client.Client { return c.mgr.GetClient() }
 
 // StatusWrites is the number of status updates this process has sent.
-func (c *Controller) StatusWrites() int64 { return c.writer.writes.Load() }
+func (c *Controller) StatusWrites() int64 {
+	if c.writer == nil {
+		return 0
+	}
+	return c.writer.writes.Load()
+}
 
 // State returns what the admin server shows.
 func (c *Controller) State() admin.State {
@@ -250,7 +287,12 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		c.log.Error("cluster state rejected by translate; keeping the previous snapshot and status", "error", err)
 		return reconcile.Result{}, nil // retrying the same input cannot help; the next change will
 	}
-	c.writer.Publish(out.Status)
+	if c.cfg.Provision != nil {
+		provision.SetAddresses(out.Status, res.Gateways, res.Services)
+	}
+	if c.writer != nil {
+		c.writer.Publish(out.Status)
+	}
 
 	snap := out.Snapshot
 	if c.gateway.Name != "" {

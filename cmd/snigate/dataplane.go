@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os/signal"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/snigate/snigate/internal/admin"
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/provision"
+	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/source/kubernetes"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+const dataplaneUsage = `Usage: snigate dataplane --gateway NAMESPACE/NAME [flags]
+
+The data plane of one Gateway, as "snigate controller --provision" deploys it (one Deployment
+per Gateway, see config/README.md). It watches the API server read-only, translates like the
+controller does and serves that Gateway's routing table. It writes nothing: no status, no
+leader election. While the API server is unreachable it keeps serving its last snapshot; the
+watches resume on their own when it returns.
+
+Flags:
+`
+
+func runDataplane(args []string) error {
+	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), dataplaneUsage)
+		fs.PrintDefaults()
+	}
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
+	gateway := fs.String("gateway", "", "namespace/name of the Gateway to serve (required)")
+	controllerName := fs.String("controller-name", translate.DefaultControllerName, "GatewayClass controllerName to answer to")
+	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status (empty disables)")
+	bind := fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses")
+	helloTimeout := fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello")
+	helloMax := fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello")
+	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout")
+	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
+	keepAlive := fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish")
+	accessLog := fs.Bool("access-log", true, "log one line per connection")
+	logFormat := fs.String("log-format", "text", "log format: json or text")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("dataplane: unexpected arguments %q", fs.Args())
+	}
+	if *gateway == "" {
+		return errors.New("dataplane: --gateway namespace/name is required")
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	rc, err := restConfig(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	m := metrics.New()
+	p := proxy.New(proxy.Options{
+		HelloTimeout: *helloTimeout, HelloMaxBytes: *helloMax, DialTimeout: *dialTimeout,
+		IdleTimeout: *idleTimeout, KeepAlive: *keepAlive, AccessLog: *accessLog,
+		Metrics: m, Logger: log,
+	})
+	c, err := kubernetes.New(kubernetes.Config{
+		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *bind, Gateway: *gateway,
+		Apply: p.Apply, ReadOnly: true, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if *adminAddr != "" {
+		ln, err := net.Listen("tcp", *adminAddr)
+		if err != nil {
+			return fmt.Errorf("--admin: %w", err)
+		}
+		srv := admin.New(m, c.State)
+		defer srv.Close()
+		go srv.Serve(ln)
+		log.Info("admin listening", "address", ln.Addr().String())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("data plane starting", "gateway", *gateway)
+	err = c.Start(ctx)
+	log.Info("shutting down: draining connections", "timeout", *drain)
+	dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+	defer dcancel()
+	if p.Shutdown(dctx) != nil {
+		log.Warn("drain timeout reached; closed remaining connections")
+	}
+	return err
+}
+
+// provisionFlags registers the flags of `snigate controller` that turn on data plane
+// provisioning; the returned func gives the options after parsing (nil: off).
+func provisionFlags(fs *flag.FlagSet) func() *provision.Options {
+	on := fs.Bool("provision", false, "provision a data plane Deployment and LoadBalancer Service per Gateway (elected replica); status.addresses from the Service")
+	image := fs.String("dataplane-image", envOr("SNIGATE_DATAPLANE_IMAGE", ""), "image of the provisioned data planes (default $SNIGATE_DATAPLANE_IMAGE)")
+	pull := fs.String("dataplane-pull-policy", "", "imagePullPolicy of the provisioned data planes (Always, IfNotPresent, Never; empty: the cluster's default)")
+	return func() *provision.Options {
+		if !*on {
+			return nil
+		}
+		return &provision.Options{Image: *image, ImagePullPolicy: corev1.PullPolicy(*pull)}
+	}
+}

@@ -1,0 +1,626 @@
+package provision_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/provision"
+	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/source/kubernetes"
+	"github.com/snigate/snigate/internal/testutil"
+)
+
+const repoRoot = "../.."
+
+// assetsDir: see internal/source/kubernetes (scripts/install-kube.sh).
+func assetsDir() string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "snigate", "kube-1.36.3")
+}
+
+// startAPIServer starts etcd and kube-apiserver with the CRDs exactly as `kubectl apply -k
+// config/default` installs them: config/crd rendered by kustomize, printer column patches
+// included.
+func startAPIServer(t *testing.T) *envtest.Environment {
+	t.Helper()
+	dir := assetsDir()
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			testutil.Require(t, bin+" in "+dir, fmt.Errorf("%w (run scripts/install-kube.sh)", err))
+		}
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	testutil.Require(t, "kubectl (renders config/crd with kustomize)", err)
+	crds, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot, "config", "crd")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/crd: %v", err)
+	}
+	crdFile := filepath.Join(t.TempDir(), "crds.yaml")
+	if err := os.WriteFile(crdFile, crds, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    dir,
+		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: []string{crdFile}, ErrorIfPathMissing: true},
+		ControlPlaneStartTimeout: 90 * time.Second,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	if _, err := env.Start(); err != nil {
+		t.Fatalf("starting kube-apiserver and etcd from %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the API server: %v", err)
+		}
+	})
+	return env
+}
+
+func applyFile(t *testing.T, cl client.Client, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := cl.Create(context.Background(), &u); err != nil {
+			t.Fatalf("%s: creating %s %s: %v", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within 30s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type recorder struct {
+	mu      sync.Mutex
+	last    *snapshot.Snapshot
+	applies int
+}
+
+func (r *recorder) apply(s *snapshot.Snapshot) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last, r.applies = s, r.applies+1
+	return nil
+}
+
+func (r *recorder) get() (*snapshot.Snapshot, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last, r.applies
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// run starts c and stops it in t.Cleanup; done reports Start's result.
+func run(t *testing.T, c *kubernetes.Controller) (stop func(), done <-chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() { ch <- c.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Error("controller did not stop within 30s")
+		}
+	})
+	return cancel, ch
+}
+
+// table GETs path from the API server as a meta.k8s.io/v1 Table (what kubectl get prints)
+// and returns column name → cell of the row named name.
+func table(t *testing.T, cfg *rest.Config, path, name string) map[string]string {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(base.String(), "/")+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json;as=Table;g=meta.k8s.io;v=v1")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s as Table: %s: %s", path, resp.Status, body)
+	}
+	var tab metav1.Table
+	if err := json.NewDecoder(resp.Body).Decode(&tab); err != nil {
+		t.Fatalf("%s: decoding Table: %v", path, err)
+	}
+	for _, row := range tab.Rows {
+		cells := map[string]string{}
+		for i, c := range tab.ColumnDefinitions {
+			cells[c.Name] = fmt.Sprint(row.Cells[i])
+		}
+		if cells["Name"] == name {
+			return cells
+		}
+	}
+	t.Fatalf("%s: no row %s in %+v", path, name, tab.Rows)
+	return nil
+}
+
+func TestProvisionOnRealAPIServer(t *testing.T) {
+	env := startAPIServer(t)
+	scheme, err := kubernetes.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// The controller and the data plane run with the install manifests' RBAC and nothing
+	// more: a missing permission fails this test.
+	applyFile(t, cl, filepath.Join(repoRoot, "config", "controller", "namespace.yaml"))
+	for _, f := range []string{"service_account.yaml", "role.yaml", "leader_election_role.yaml", "dataplane.yaml"} {
+		applyFile(t, cl, filepath.Join(repoRoot, "config", "rbac", f))
+	}
+	applyFile(t, cl, filepath.Join(repoRoot, "config", "gatewayclass", "gatewayclass.yaml"))
+	as := func(user string) *rest.Config {
+		c := rest.CopyConfig(env.Config)
+		c.Impersonate = rest.ImpersonationConfig{UserName: user}
+		return c
+	}
+
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}); err != nil {
+		t.Fatal(err)
+	}
+	tlsMode := gwv1.TLSModePassthrough
+	gw := &gwv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "edge",
+			Annotations: map[string]string{provision.ReplicasAnnotation: "2"}},
+		Spec: gwv1.GatewaySpec{
+			GatewayClassName: "snigate",
+			Infrastructure:   &gwv1.GatewayInfrastructure{Labels: map[gwv1.LabelKey]gwv1.LabelValue{"team": "db"}},
+			Listeners: []gwv1.Listener{
+				{Name: "tls", Protocol: gwv1.TLSProtocolType, Port: 8443, TLS: &gwv1.ListenerTLSConfig{Mode: &tlsMode}},
+				{Name: "tcp", Protocol: gwv1.TCPProtocolType, Port: 5432},
+			},
+		},
+	}
+	if err := cl.Create(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctrl, err := kubernetes.New(kubernetes.Config{
+		REST: as("system:serviceaccount:snigate-system:snigate"), Logger: log.With("process", "controller"),
+		LeaderElection: true, LeaderElectionNamespace: "snigate-system",
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		Provision: &provision.Options{Image: "registry.example/snigate:test"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctrl)
+
+	name := provisioned(gw) // the provisioned objects
+	owned := func(o client.Object) error {
+		for _, r := range o.GetOwnerReferences() {
+			if r.UID == gw.UID && r.Kind == "Gateway" && r.APIVersion == gwv1.GroupVersion.String() &&
+				r.Controller != nil && *r.Controller && r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s: no controller owner reference to Gateway %s: %+v", o.GetName(), gw.UID, o.GetOwnerReferences())
+	}
+	labelled := func(o client.Object) error {
+		l := o.GetLabels()
+		if l[provision.LabelGatewayName] != "edge" || l[provision.LabelGatewayClassName] != "snigate" || l["team"] != "db" {
+			return fmt.Errorf("%s: labels %v", o.GetName(), l)
+		}
+		return nil
+	}
+	servicePorts := func(want ...int32) func() error {
+		return func() error {
+			var svc corev1.Service
+			if err := cl.Get(ctx, name, &svc); err != nil {
+				return err
+			}
+			if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+				return fmt.Errorf("Service type %s", svc.Spec.Type)
+			}
+			var got []int32
+			for _, p := range svc.Spec.Ports {
+				if p.Protocol != corev1.ProtocolTCP || p.TargetPort.IntVal != p.Port {
+					return fmt.Errorf("port %+v", p)
+				}
+				got = append(got, p.Port)
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("Service ports %v, want %v", got, want)
+			}
+			return errors.Join(owned(&svc), labelled(&svc))
+		}
+	}
+
+	t.Run("Provisioned", func(t *testing.T) {
+		eventually(t, "Deployment", func() error {
+			var d appsv1.Deployment
+			if err := cl.Get(ctx, name, &d); err != nil {
+				return err
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			if *d.Spec.Replicas != 2 || c.Image != "registry.example/snigate:test" ||
+				!slices.Equal(c.Args[:3], []string{"dataplane", "--gateway", "apps/edge"}) ||
+				d.Spec.Template.Spec.ServiceAccountName != name.Name {
+				return fmt.Errorf("Deployment: replicas %d, image %s, args %v, serviceAccount %s",
+					*d.Spec.Replicas, c.Image, c.Args, d.Spec.Template.Spec.ServiceAccountName)
+			}
+			return errors.Join(owned(&d), labelled(&d))
+		})
+		eventually(t, "ServiceAccount", func() error {
+			var sa corev1.ServiceAccount
+			if err := cl.Get(ctx, name, &sa); err != nil {
+				return err
+			}
+			return errors.Join(owned(&sa), labelled(&sa))
+		})
+		eventually(t, "LoadBalancer Service with the two listener ports", servicePorts(5432, 8443))
+		eventually(t, "ClusterRoleBinding subjects", bindingSubjects(cl, "apps/edge-snigate"))
+	})
+
+	t.Run("AddressNotAssigned", func(t *testing.T) {
+		eventually(t, "Gateway Programmed=False/AddressNotAssigned", func() error {
+			var g gwv1.Gateway
+			if err := cl.Get(ctx, gwKey(gw), &g); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(g.Status.Conditions, "Programmed")
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(gwv1.GatewayReasonAddressNotAssigned) || c.ObservedGeneration != g.Generation {
+				return fmt.Errorf("Programmed %+v", c)
+			}
+			if len(g.Status.Addresses) != 0 {
+				return fmt.Errorf("addresses %+v before the load balancer assigned any", g.Status.Addresses)
+			}
+			return nil
+		})
+	})
+
+	t.Run("ListenerPortChanged", func(t *testing.T) {
+		var g gwv1.Gateway
+		if err := cl.Get(ctx, gwKey(gw), &g); err != nil {
+			t.Fatal(err)
+		}
+		g.Spec.Listeners[1].Port = 5433
+		if err := cl.Update(ctx, &g); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "Service follows the listener port", servicePorts(5433, 8443))
+	})
+
+	// A cloud controller fills status.loadBalancer.ingress; the Gateway reports it.
+	t.Run("AddressFromLoadBalancer", func(t *testing.T) {
+		var svc corev1.Service
+		if err := cl.Get(ctx, name, &svc); err != nil {
+			t.Fatal(err)
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}, {Hostname: "lb.example.test"}}
+		if err := cl.Status().Update(ctx, &svc); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "Gateway addresses from the Service", func() error {
+			var g gwv1.Gateway
+			if err := cl.Get(ctx, gwKey(gw), &g); err != nil {
+				return err
+			}
+			want := []gwv1.GatewayStatusAddress{
+				{Type: ptr(gwv1.IPAddressType), Value: "192.0.2.10"},
+				{Type: ptr(gwv1.HostnameAddressType), Value: "lb.example.test"},
+			}
+			if fmt.Sprint(deref(g.Status.Addresses)) != fmt.Sprint(deref(want)) {
+				return fmt.Errorf("addresses %v, want %v", deref(g.Status.Addresses), deref(want))
+			}
+			c := meta.FindStatusCondition(g.Status.Conditions, "Programmed")
+			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != g.Generation {
+				return fmt.Errorf("Programmed %+v", c)
+			}
+			return nil
+		})
+	})
+
+	// kubectl get gateway,tlsroute: the apiserver's Table output (what kubectl prints).
+	t.Run("PrinterColumns", func(t *testing.T) {
+		gwRow := table(t, env.Config, "/apis/gateway.networking.k8s.io/v1/namespaces/apps/gateways", "edge")
+		// The apiserver prints the first value of a multi-valued column.
+		if gwRow["Address"] != "192.0.2.10" {
+			t.Errorf("kubectl get gateway: Address %q", gwRow["Address"])
+		}
+		if gwRow["Programmed"] != "True" || gwRow["Class"] != "snigate" {
+			t.Errorf("kubectl get gateway: %v", gwRow)
+		}
+		route := &gwv1.TLSRoute{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "db"},
+			Spec: gwv1.TLSRouteSpec{
+				CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{{Name: "edge", SectionName: ptr(gwv1.SectionName("tls"))}}},
+				Hostnames:       []gwv1.Hostname{"db.example.test", "db2.example.test"},
+				Rules:           []gwv1.TLSRouteRule{{BackendRefs: []gwv1.BackendRef{{BackendObjectReference: gwv1.BackendObjectReference{Name: "db", Port: ptr(gwv1.PortNumber(5432))}}}}},
+			},
+		}
+		if err := cl.Create(ctx, route); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "TLSRoute columns", func() error {
+			row := table(t, env.Config, "/apis/gateway.networking.k8s.io/v1/namespaces/apps/tlsroutes", "db")
+			want := map[string]string{"Hostnames": `["db.example.test","db2.example.test"]`, "Parent": "edge",
+				"Accepted": "True", "ResolvedRefs": "False"}
+			for k, v := range want {
+				if row[k] != v {
+					return fmt.Errorf("column %s = %q, want %q (row %v)", k, row[k], v, row)
+				}
+			}
+			return nil
+		})
+	})
+
+	// The provisioned data plane: `snigate dataplane` is this source, read-only, as the
+	// Gateway's ServiceAccount (its only permissions come through the binding the controller
+	// keeps). It serves the Gateway's snapshot and keeps it while the API server is gone.
+	t.Run("DataPlane", func(t *testing.T) {
+		rec := &recorder{}
+		base, _, err := rest.DefaultServerUrlFor(env.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		link := newLink(t, base.Host)
+		dpREST := as("system:serviceaccount:apps:edge-snigate")
+		dpREST.Host = "https://" + link.addr
+		dp, err := kubernetes.New(kubernetes.Config{
+			REST: dpREST, Gateway: "apps/edge", ReadOnly: true,
+			Apply: rec.apply, Logger: log.With("process", "dataplane"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, done := run(t, dp)
+		eventually(t, "data plane snapshot with both listener ports", func() error {
+			s, _ := rec.get()
+			if s == nil || s.Port("0.0.0.0:8443") == nil || s.Port("0.0.0.0:5433") == nil {
+				return fmt.Errorf("snapshot %v", s)
+			}
+			return nil
+		})
+		if dp.StatusWrites() != 0 {
+			t.Errorf("the data plane wrote status")
+		}
+
+		// Delete the Gateway: envtest runs no garbage collector, so the owned objects stay
+		// (their owner references were checked above); the ServiceAccount leaves the binding.
+		// The data plane then serves nothing for it.
+		if err := cl.Delete(ctx, gw); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "binding without the deleted Gateway's ServiceAccount", bindingSubjects(cl))
+		eventually(t, "data plane snapshot empty after the Gateway is deleted", func() error {
+			// The data plane may lose access first (binding emptied): either way it must
+			// not keep serving the deleted Gateway forever once it sees the deletion.
+			s, _ := rec.get()
+			if len(s.Ports) != 0 {
+				return fmt.Errorf("ports %d", len(s.Ports))
+			}
+			return nil
+		})
+		// Recreate it, then cut the data plane off the API server: it keeps running and
+		// serving its snapshot.
+		gw2 := &gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "edge"}, Spec: *gw.Spec.DeepCopy()}
+		if err := cl.Create(ctx, gw2); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "binding with the recreated Gateway's ServiceAccount", bindingSubjects(cl, "apps/edge-snigate"))
+		eventually(t, "data plane serves the recreated Gateway", func() error {
+			s, _ := rec.get()
+			if s.Port("0.0.0.0:8443") == nil {
+				return fmt.Errorf("snapshot %v", s)
+			}
+			return nil
+		})
+		before, applies := rec.get()
+		link.down()
+		time.Sleep(3 * time.Second)
+		select {
+		case err := <-done:
+			t.Fatalf("data plane stopped when the API server went away: %v", err)
+		default:
+		}
+		after, applies2 := rec.get()
+		if after != before || applies2 != applies {
+			t.Errorf("snapshot changed while the API server was unreachable (%d → %d applies)", applies, applies2)
+		}
+		if !dp.State().Ready {
+			t.Errorf("data plane not ready while the API server is unreachable: %+v", dp.State())
+		}
+		// A change made meanwhile reaches the data plane once the API server is back.
+		var g gwv1.Gateway
+		if err := cl.Get(ctx, gwKey(gw), &g); err != nil {
+			t.Fatal(err)
+		}
+		g.Spec.Listeners[0].Port = 9443
+		if err := cl.Update(ctx, &g); err != nil {
+			t.Fatal(err)
+		}
+		link.up()
+		back := time.Now()
+		deadline := back.Add(40 * time.Second) // client-go's watch retry backoff caps at 30 s
+		for {
+			if s, _ := rec.get(); s.Port("0.0.0.0:9443") != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("data plane did not pick up the change within 40s of the API server's return")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("data plane picked up a change %s after the API server became reachable again", time.Since(back).Round(10*time.Millisecond))
+	})
+}
+
+// link is a TCP forwarder to the API server that the test can cut (down) and restore (up)
+// on the same address: the data plane's view of an API server outage.
+type link struct {
+	t      *testing.T
+	addr   string // listen address
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+}
+
+func newLink(t *testing.T, target string) *link {
+	l := &link{t: t, addr: "127.0.0.1:0", target: target}
+	l.up()
+	l.addr = l.ln.Addr().String()
+	t.Cleanup(l.down)
+	return l
+}
+
+func (l *link) up() {
+	ln, err := net.Listen("tcp", l.addr)
+	if err != nil {
+		l.t.Fatalf("link up: %v", err)
+	}
+	l.mu.Lock()
+	l.ln = ln
+	l.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", l.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			l.mu.Lock()
+			l.conns = append(l.conns, c, b)
+			l.mu.Unlock()
+			go func() { io.Copy(b, c); b.Close() }()
+			go func() { io.Copy(c, b); c.Close() }()
+		}
+	}()
+}
+
+func (l *link) down() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
+		l.ln.Close()
+		l.ln = nil
+	}
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.conns = nil
+}
+
+// bindingSubjects checks that the data plane ClusterRoleBinding names exactly these
+// ServiceAccounts ("namespace/name").
+func bindingSubjects(cl client.Client, want ...string) func() error {
+	return func() error {
+		var crb rbacv1.ClusterRoleBinding
+		if err := cl.Get(context.Background(), client.ObjectKey{Name: provision.DefaultClusterRoleBinding}, &crb); err != nil {
+			return err
+		}
+		var got []string
+		for _, s := range crb.Subjects {
+			if s.Kind != "ServiceAccount" {
+				return fmt.Errorf("subject %+v", s)
+			}
+			got = append(got, s.Namespace+"/"+s.Name)
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("subjects %v, want %v", got, want)
+		}
+		return nil
+	}
+}
+
+func provisioned(gw *gwv1.Gateway) client.ObjectKey {
+	return client.ObjectKey{Namespace: gw.Namespace, Name: provision.Name(gw)}
+}
+
+func gwKey(gw *gwv1.Gateway) client.ObjectKey { return client.ObjectKeyFromObject(gw) }
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(as []gwv1.GatewayStatusAddress) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, string(*a.Type)+"="+a.Value)
+	}
+	return out
+}

@@ -1,0 +1,118 @@
+package provision
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/translate"
+)
+
+func gateway(name string, ports ...int32) *gwv1.Gateway {
+	gw := &gwv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, UID: types.UID("uid-" + name)},
+		Spec:       gwv1.GatewaySpec{GatewayClassName: "snigate"},
+	}
+	for i, p := range ports {
+		gw.Spec.Listeners = append(gw.Spec.Listeners, gwv1.Listener{
+			Name: gwv1.SectionName("l" + string(rune('a'+i))), Protocol: gwv1.TLSProtocolType, Port: gwv1.PortNumber(p),
+		})
+	}
+	return gw
+}
+
+func TestName(t *testing.T) {
+	if got := Name(gateway("edge")); got != "edge-snigate" {
+		t.Errorf("Name = %q, want edge-snigate (GEP-1762: <gateway>-<class>)", got)
+	}
+	for _, n := range []string{strings.Repeat("a", 60), "1edge"} {
+		got := Name(gateway(n))
+		if !strings.HasPrefix(got, "snigate-") || len(got) > 63 {
+			t.Errorf("Name(%q) = %q: want a valid DNS-1035 label snigate-<hash>", n, got)
+		}
+		if got2 := Name(gateway(n)); got2 != got {
+			t.Errorf("Name not stable: %q, %q", got, got2)
+		}
+	}
+}
+
+func TestPortsDistinctSortedNoUDP(t *testing.T) {
+	gw := gateway("edge", 8443, 443, 443)
+	gw.Spec.Listeners = append(gw.Spec.Listeners, gwv1.Listener{Name: "dns", Protocol: gwv1.UDPProtocolType, Port: 53})
+	got := Ports(gw)
+	if len(got) != 2 || got[0] != 443 || got[1] != 8443 {
+		t.Errorf("Ports = %v, want [443 8443]", got)
+	}
+	svc := Service(gw)
+	if len(svc.Spec.Ports) != 2 || *svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		t.Errorf("Service spec %+v", svc.Spec)
+	}
+	if Service(gateway("none")) != nil {
+		t.Error("a Gateway without TCP listener ports got a Service")
+	}
+}
+
+func TestReplicas(t *testing.T) {
+	gw := gateway("edge")
+	for v, want := range map[string]int32{"": 1, "3": 3, " 0 ": 0, "-1": 1, "x": 1} {
+		gw.Annotations = nil
+		if v != "" {
+			gw.Annotations = map[string]string{ReplicasAnnotation: v}
+		}
+		got, err := Replicas(gw)
+		if got != want || (err != nil) != (v == "-1" || v == "x") {
+			t.Errorf("%q: Replicas = %d, %v; want %d", v, got, err, want)
+		}
+	}
+}
+
+func TestSetAddresses(t *testing.T) {
+	withAddr, noAddr, other := gateway("a", 443), gateway("b", 443), gateway("c", 443)
+	svc := func(gw *gwv1.Gateway, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: gw.Namespace, Name: Name(gw),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: gwv1.GroupVersion.String(), Kind: "Gateway",
+				Name: gw.Name, UID: gw.UID, Controller: ptr(true)}}}}
+		s.Status.LoadBalancer.Ingress = ingress
+		return s
+	}
+	// Service c-snigate exists but belongs to someone else: not ours to read.
+	foreign := svc(other, corev1.LoadBalancerIngress{IP: "198.51.100.1"})
+	foreign.OwnerReferences = nil
+	programmed := func() gwv1.GatewayStatus {
+		return gwv1.GatewayStatus{
+			Addresses:  []gwv1.GatewayStatusAddress{{Type: ptr(gwv1.IPAddressType), Value: "0.0.0.0"}},
+			Conditions: []metav1.Condition{{Type: "Programmed", Status: metav1.ConditionTrue, Reason: "Programmed", ObservedGeneration: 4}},
+		}
+	}
+	st := &translate.Status{Gateways: []translate.GatewayStatus{
+		{Namespace: "apps", Name: "a", Status: programmed()},
+		{Namespace: "apps", Name: "b", Status: programmed()},
+		{Namespace: "apps", Name: "c", Status: programmed()},
+	}}
+	SetAddresses(st, []*gwv1.Gateway{withAddr, noAddr, other}, []*corev1.Service{
+		svc(withAddr, corev1.LoadBalancerIngress{IP: "192.0.2.7"}, corev1.LoadBalancerIngress{Hostname: "lb.example.test"}),
+		svc(noAddr), foreign,
+	})
+	a := st.Gateways[0].Status
+	if len(a.Addresses) != 2 || a.Addresses[0].Value != "192.0.2.7" || *a.Addresses[0].Type != gwv1.IPAddressType ||
+		a.Addresses[1].Value != "lb.example.test" || *a.Addresses[1].Type != gwv1.HostnameAddressType {
+		t.Errorf("a: addresses %+v", a.Addresses)
+	}
+	if c := meta.FindStatusCondition(a.Conditions, "Programmed"); c.Status != metav1.ConditionTrue {
+		t.Errorf("a: Programmed %+v", c)
+	}
+	for _, gs := range st.Gateways[1:] {
+		if len(gs.Status.Addresses) != 0 {
+			t.Errorf("%s: addresses %+v, want none", gs.Name, gs.Status.Addresses)
+		}
+		c := meta.FindStatusCondition(gs.Status.Conditions, "Programmed")
+		if c.Status != metav1.ConditionFalse || c.Reason != string(gwv1.GatewayReasonAddressNotAssigned) || c.ObservedGeneration != 4 {
+			t.Errorf("%s: Programmed %+v, want False/AddressNotAssigned", gs.Name, c)
+		}
+	}
+}
