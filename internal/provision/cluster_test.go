@@ -22,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -424,6 +425,48 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	// A Gateway that moves to another controller's class loses what was provisioned for it.
+	t.Run("LeavesOurClass", func(t *testing.T) {
+		side := &gwv1.Gateway{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "side"},
+			Spec: gwv1.GatewaySpec{GatewayClassName: "snigate", Listeners: []gwv1.Listener{
+				{Name: "tcp", Protocol: gwv1.TCPProtocolType, Port: 6379}}},
+		}
+		if err := cl.Create(ctx, side); err != nil {
+			t.Fatal(err)
+		}
+		key := provisioned(side)
+		exists := func(want bool) func() error {
+			return func() error {
+				for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.ServiceAccount{}} {
+					err := cl.Get(ctx, key, o)
+					if want && err != nil {
+						return err
+					}
+					if !want && !apierrors.IsNotFound(err) {
+						return fmt.Errorf("%T %s still there (%v)", o, key, err)
+					}
+				}
+				return nil
+			}
+		}
+		eventually(t, "side provisioned", exists(true))
+		eventually(t, "binding with both", bindingSubjects(cl, "apps/edge-snigate", "apps/side-snigate"))
+		if err := cl.Create(ctx, &gwv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "other"},
+			Spec: gwv1.GatewayClassSpec{ControllerName: "example.com/other"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Get(ctx, gwKey(side), side); err != nil {
+			t.Fatal(err)
+		}
+		side.Spec.GatewayClassName = "other"
+		if err := cl.Update(ctx, side); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "side's objects deleted", exists(false))
+		eventually(t, "binding without side", bindingSubjects(cl, "apps/edge-snigate"))
 	})
 
 	// The provisioned data plane: `snigate dataplane` is this source, read-only, as the
