@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -55,6 +56,7 @@ func runController(args []string) error {
 	probes := fs.String("health-probe-address", "", "address for the controller's /healthz and /readyz (empty disables)")
 	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status (empty disables)")
 	bind := fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses")
+	localAddrs := fs.String("local-addresses", "", "prefix (e.g. 127.0.0.0/24) giving each Gateway without spec.addresses its own address, bound locally and written to status.addresses (tests, conformance)")
 	helloTimeout := fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello")
 	helloMax := fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello")
 	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout")
@@ -75,6 +77,12 @@ func runController(args []string) error {
 	if err != nil {
 		return err
 	}
+	var local netip.Prefix
+	if *localAddrs != "" {
+		if local, err = netip.ParsePrefix(*localAddrs); err != nil {
+			return fmt.Errorf("--local-addresses: %w", err)
+		}
+	}
 	rc, err := restConfig(*kubeconfig)
 	if err != nil {
 		return err
@@ -93,7 +101,8 @@ func runController(args []string) error {
 	c, err := kubernetes.New(kubernetes.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *bind, Gateway: *gateway,
 		Apply: apply, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
-		HealthProbeAddress: *probes, Logger: log, Provision: provisionOpts(),
+		HealthProbeAddress: *probes, Logger: log, LocalAddresses: local,
+		Provision: provisionOpts(),
 	})
 	if err != nil {
 		return err

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -75,6 +76,10 @@ type Config struct {
 	ControllerName string
 	// DefaultBindAddress is where a Gateway without spec.addresses binds; default 0.0.0.0.
 	DefaultBindAddress string
+	// LocalAddresses, when valid, gives every Gateway without spec.addresses an address of
+	// its own from this prefix (for example 127.0.0.0/24), bound by the local proxy and
+	// reported in status.addresses: many Gateways on one machine (see localaddr.go).
+	LocalAddresses netip.Prefix
 	// Gateway ("namespace/name"), when set, limits the snapshot given to Apply to that
 	// Gateway. Status is written for every Gateway of our classes either way.
 	Gateway string
@@ -110,6 +115,7 @@ type Controller struct {
 	mgr     manager.Manager
 	writer  *statusWriter
 	gateway types.NamespacedName
+	local   *localAddresses // nil without Config.LocalAddresses
 
 	mu         sync.Mutex
 	generation uint64
@@ -151,6 +157,13 @@ func New(cfg Config) (*Controller, error) {
 			return nil, fmt.Errorf("kubernetes: Gateway %q: want namespace/name", cfg.Gateway)
 		}
 		c.gateway = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	if cfg.LocalAddresses.IsValid() {
+		l, err := newLocalAddresses(cfg.LocalAddresses)
+		if err != nil {
+			return nil, err
+		}
+		c.local = l
 	}
 	// controller-runtime logs through logr; route it to our slog handler once per process.
 	setLoggerOnce.Do(func() { crlog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler())) })
@@ -279,6 +292,9 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.local != nil {
+		res = c.local.assign(res)
+	}
 	opts.Generation = c.generation + 1
 	out := translate.Translate(res, opts)
 	if len(out.Errors) > 0 {

@@ -1,0 +1,307 @@
+//go:build linux
+
+// Package conformance runs the upstream Gateway API conformance suite
+// (sigs.k8s.io/gateway-api/conformance v1.6.3, profiles GATEWAY-TLS and GATEWAY-HTTP) against
+// snigate: a fresh kube-apiserver + etcd (envtest), the real `snigate controller` binary with
+// its local proxy serving every Gateway on its own 127.0.0.N address, and a stand-in for the
+// missing node (kubelet_test.go) that runs the echo-basic backends in network namespaces.
+//
+//	SNIGATE_CONFORMANCE=1 go test ./conformance -run TestConformance -timeout 40m -v
+//
+// Needs root (network namespaces, ports 80 and 443) and the binaries of
+// scripts/install-kube.sh. See docs/conformance.md.
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientset "k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"sigs.k8s.io/gateway-api/apis/v1alpha2"
+	"sigs.k8s.io/gateway-api/apis/v1alpha3"
+	"sigs.k8s.io/gateway-api/apis/v1beta1"
+	xv1alpha1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
+	"sigs.k8s.io/gateway-api/conformance"
+	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
+	"sigs.k8s.io/gateway-api/conformance/utils/config"
+	"sigs.k8s.io/gateway-api/conformance/utils/suite"
+	"sigs.k8s.io/gateway-api/pkg/features"
+
+	"github.com/snigate/snigate/internal/translate"
+)
+
+const (
+	kubeVersion      = "1.36.3"
+	gatewayClassName = "gateway-conformance"
+	repoRoot         = ".."
+	// localAddresses is the prefix the controller hands out, one address per Gateway.
+	localAddresses = "127.0.0.0/24"
+)
+
+func assetsDir() string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "snigate", "kube-"+kubeVersion)
+}
+
+// requireOrSkip skips the test for a missing prerequisite, or fails it under CI=true.
+func requireOrSkip(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Skipf("%s: %v", what, err)
+}
+
+func TestConformance(t *testing.T) {
+	if os.Getenv("SNIGATE_CONFORMANCE") != "1" {
+		t.Skip("set SNIGATE_CONFORMANCE=1 to run the Gateway API conformance suite (docs/conformance.md)")
+	}
+	if os.Geteuid() != 0 {
+		requireOrSkip(t, "root", errors.New("network namespaces and ports 80/443 need root"))
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		_, err := os.Stat(filepath.Join(assetsDir(), bin))
+		requireOrSkip(t, bin, err)
+	}
+	_, err := exec.LookPath("ip")
+	requireOrSkip(t, "iproute2", err)
+	started := time.Now()
+
+	// Artifacts: binaries, logs, Pod files. Kept after the run for diagnosis.
+	art, err := filepath.Abs(envOr("SNIGATE_CONFORMANCE_ARTIFACTS", "_artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.RemoveAll(art)
+	if err := os.MkdirAll(art, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("artifacts (logs, binaries): %s", art)
+	logFile, err := os.Create(filepath.Join(art, "harness.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	log := slog.New(slog.NewTextHandler(logFile, nil))
+	crlog.SetLogger(zap.New(zap.WriteTo(logFile), zap.UseDevMode(true)))
+
+	snigate := filepath.Join(art, "snigate")
+	echo := filepath.Join(art, "echo-basic")
+	goBuild(t, snigate, "./cmd/snigate")
+	goBuild(t, echo, "sigs.k8s.io/gateway-api/conformance/echo-basic")
+
+	// A fresh API server and etcd, with the standard-channel CRDs of the install manifests.
+	// No ServiceAccount admission: there is no token controller to create the default
+	// ServiceAccounts the Pods of the suite's Deployments would need.
+	crds, _ := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
+	crds = slices.DeleteFunc(crds, func(f string) bool { return strings.Contains(filepath.Base(f), "_vap_") })
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    assetsDir(),
+		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
+		ControlPlaneStartTimeout: 90 * time.Second,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	env.ControlPlane.GetAPIServer().Configure().Append("disable-admission-plugins", "ServiceAccount")
+	if _, err := env.Start(); err != nil {
+		t.Fatalf("starting kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the API server: %v", err)
+		}
+	})
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "conformance", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcPath := filepath.Join(art, "kubeconfig")
+	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// The suite builds per-test clients from ClientOptions, which (empty) use client-go's
+	// global scheme: register the Gateway API types there, as conformance.DefaultOptions does.
+	scheme := clientgoscheme.Scheme
+	for _, add := range []func(*runtime.Scheme) error{
+		apiextensionsv1.AddToScheme, gwv1.Install, v1beta1.Install,
+		v1alpha2.Install, v1alpha3.Install, xv1alpha1.Install,
+	} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := user.Config()
+	cl, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// The GatewayClass the suite uses, answered by snigate.
+	if err := cl.Create(ctx, &gwv1.GatewayClass{
+		ObjectMeta: metav1.ObjectMeta{Name: gatewayClassName},
+		Spec:       gwv1.GatewayClassSpec{ControllerName: translate.DefaultControllerName},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// snigate controller, the real binary: status for everything, and a local proxy that
+	// serves every Gateway on its own loopback address.
+	ctrlLog, err := os.Create(filepath.Join(art, "snigate.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl := exec.Command(snigate, "controller", "--kubeconfig", kcPath,
+		"--local-addresses", localAddresses, "--leader-elect=false", "--admin", "127.0.0.1:0",
+		"--hello-timeout", "5s", "--log-level", envOr("SNIGATE_CONFORMANCE_LOG_LEVEL", "info"))
+	ctrl.Stdout, ctrl.Stderr = ctrlLog, ctrlLog
+	ctrl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := ctrl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctrlDone := make(chan error, 1)
+	go func() { ctrlDone <- ctrl.Wait(); ctrlLog.Close() }()
+	t.Cleanup(func() {
+		_ = ctrl.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-ctrlDone:
+		case <-time.After(40 * time.Second):
+			_ = ctrl.Process.Kill()
+			t.Error("snigate controller did not stop within 40s of SIGTERM")
+		}
+	})
+
+	// The stand-in for the node: Pods, echo-basic processes, EndpointSlices.
+	cleanupStale(log)
+	kctx, kstop := context.WithCancel(ctx)
+	k := newKubelet(cl, echo, filepath.Join(art, "pods"), log.With("component", "kubelet"))
+	kdone := make(chan struct{})
+	go func() { k.Run(kctx); close(kdone) }()
+	t.Cleanup(func() { kstop(); <-kdone })
+
+	// The suite checks the class itself; waiting here gives a clearer error when the
+	// controller does not come up.
+	var gc gwv1.GatewayClass
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := cl.Get(ctx, client.ObjectKey{Name: gatewayClassName}, &gc)
+		if err == nil && meta.IsStatusConditionTrue(gc.Status.Conditions, string(gwv1.GatewayClassConditionStatusAccepted)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GatewayClass %s not Accepted within 60s (see %s): %v %+v", gatewayClassName, filepath.Join(art, "snigate.log"), err, gc.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	report, err := filepath.Abs(envOr("SNIGATE_CONFORMANCE_REPORT", "report.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := suite.ConformanceOptions{
+		ConfigurableOptions: suite.ConfigurableOptions{
+			GatewayClassName:     gatewayClassName,
+			CleanupBaseResources: false, // no namespace controller; every run starts on a fresh etcd
+			CleanupTestResources: true,
+			Mode:                 "default",
+			TimeoutConfig:        config.DefaultTimeoutConfig(),
+			ReportOutputPath:     report,
+			ConformanceProfiles: []suite.ConformanceProfileName{
+				suite.GatewayTLSConformanceProfileName, suite.GatewayHTTPConformanceProfileName,
+			},
+			Implementation: confv1.Implementation{
+				Organization: "snigate",
+				Project:      "snigate",
+				URL:          "https://github.com/snigate/snigate",
+				Version:      version(),
+				Contact:      []string{"https://github.com/snigate/snigate/issues"},
+			},
+			RunTest:   os.Getenv("SNIGATE_CONFORMANCE_RUN_TEST"),
+			SkipTests: splitList(os.Getenv("SNIGATE_CONFORMANCE_SKIP_TESTS")),
+		},
+		Client:     cl,
+		Clientset:  cs,
+		RestConfig: cfg,
+		ManifestFS: []fs.FS{&conformance.Manifests},
+	}
+	// Supported features come from the GatewayClass status that snigate writes (the suite
+	// infers them), except with RunTest, where the suite does not infer: then the same list
+	// from translate.SupportedFeatures.
+	if opts.RunTest != "" {
+		for _, f := range translate.SupportedFeatures {
+			opts.SupportedFeatures = append(opts.SupportedFeatures, features.FeatureName(f.Name))
+		}
+	}
+	t.Logf("published supportedFeatures: %v", gc.Status.SupportedFeatures)
+	t.Cleanup(func() { t.Logf("conformance run took %s", time.Since(started).Round(time.Second)) })
+	conformance.RunConformanceWithOptions(t, opts)
+}
+
+func goBuild(t *testing.T, out, pkg string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = repoRoot
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, stderr.String())
+	}
+}
+
+func version() string {
+	out, err := exec.Command("git", "-C", repoRoot, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "dev"
+	}
+	return "dev-" + strings.TrimSpace(string(out))
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,84 @@
+package kubernetes
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/resources"
+)
+
+// localAddresses gives every Gateway without spec.addresses an address of its own from a
+// prefix (Config.LocalAddresses, for example 127.0.0.0/24), for a local proxy that serves
+// many Gateways on one machine: each Gateway binds its address, which translate then reports
+// in status.addresses, so Gateways on the same port with overlapping hostnames stay apart.
+//
+// A Gateway keeps its address for as long as it exists; new Gateways take the lowest free
+// address in the order (creationTimestamp, namespace/name); a deleted Gateway's address is
+// free again. The prefix's first two addresses (network and .1) are never handed out.
+// Only the controller's in-memory copy of the Gateway changes, never the API object.
+type localAddresses struct {
+	prefix netip.Prefix
+	byGW   map[types.NamespacedName]netip.Addr
+	used   map[netip.Addr]bool
+}
+
+func newLocalAddresses(p netip.Prefix) (*localAddresses, error) {
+	if !p.IsValid() || p.Bits() > p.Addr().BitLen()-2 {
+		return nil, fmt.Errorf("kubernetes: LocalAddresses %s: want a prefix with room for addresses", p)
+	}
+	return &localAddresses{prefix: p.Masked(), byGW: map[types.NamespacedName]netip.Addr{}, used: map[netip.Addr]bool{}}, nil
+}
+
+// assign returns res with each Gateway that has no spec.addresses replaced by a copy that
+// requests its own address. A Gateway that does not fit (prefix exhausted) is left as it is.
+func (l *localAddresses) assign(res *resources.Resources) *resources.Resources {
+	seen := map[types.NamespacedName]bool{}
+	var fresh []*gwv1.Gateway
+	for _, g := range res.Gateways {
+		key := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
+		seen[key] = true
+		if _, ok := l.byGW[key]; !ok && len(g.Spec.Addresses) == 0 {
+			fresh = append(fresh, g)
+		}
+	}
+	for key, a := range l.byGW {
+		if !seen[key] {
+			delete(l.byGW, key)
+			delete(l.used, a)
+		}
+	}
+	slices.SortFunc(fresh, func(a, b *gwv1.Gateway) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	for _, g := range fresh {
+		for a := l.prefix.Addr().Next().Next(); a.IsValid() && l.prefix.Contains(a); a = a.Next() {
+			if !l.used[a] {
+				l.used[a] = true
+				l.byGW[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = a
+				break
+			}
+		}
+	}
+	out := *res
+	out.Gateways = make([]*gwv1.Gateway, len(res.Gateways))
+	for i, g := range res.Gateways {
+		out.Gateways[i] = g
+		a, ok := l.byGW[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}]
+		if !ok || len(g.Spec.Addresses) > 0 {
+			continue
+		}
+		c := g.DeepCopy()
+		c.Spec.Addresses = []gwv1.GatewaySpecAddress{{Type: ptr.To(gwv1.IPAddressType), Value: a.String()}}
+		out.Gateways[i] = c
+	}
+	return &out
+}
