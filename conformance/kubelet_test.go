@@ -65,7 +65,10 @@ type localPod struct {
 	ready    bool
 }
 
-const ownerLabel = "conformance.snigate.dev/deployment"
+const (
+	ownerLabel = "conformance.snigate.dev/deployment"
+	nodeName   = "snigate-conformance-node"
+)
 
 func newKubelet(cl client.Client, echo, dir string, log *slog.Logger) *kubelet {
 	return &kubelet{
@@ -188,6 +191,10 @@ func (k *kubelet) createPod(ctx context.Context, d *appsv1.Deployment) error {
 		},
 		Spec: *d.Spec.Template.Spec.DeepCopy(),
 	}
+	// Scheduled to our one pretend node: tests copy spec.nodeName into EndpointSlices,
+	// where an empty name is invalid. Pods are deleted with grace period 0, as no kubelet
+	// would confirm a graceful deletion.
+	p.Spec.NodeName = nodeName
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
 	}
@@ -544,6 +551,7 @@ func (k *kubelet) endpointSlices(ctx context.Context) error {
 			es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
 				Addresses:  []string{p.Status.PodIP},
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+				NodeName:   ptr.To(nodeName),
 				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
 			})
 		}
