@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, vet, unit and golden tests, short fuzz runs of every
-# network-byte parser, the race detector on the concurrent packages, and end-to-end tests
-# that start the real binary against real TLS clients and database servers.
+# network-byte parser, the race detector on the concurrent packages, end-to-end tests that
+# start the real binary against real TLS clients and database servers, controller tests on a
+# real kube-apiserver, and the upstream Gateway API conformance suite.
 # Needs the packages of scripts/install-test-deps.sh (run it once as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,3 +21,9 @@ fuzz FuzzParseCancel ./internal/pgwire/
 fuzz FuzzDecode ./internal/source/file/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 go test -race -count=1 -timeout 20m ./...
+# The upstream Gateway API conformance suite v1.6.3 (GATEWAY-TLS, GATEWAY-HTTP) on a fresh
+# kube-apiserver with snigate's controller and local proxy (docs/conformance.md). Needs root
+# (network namespaces for the echo backends) and scripts/install-kube.sh. The report goes to
+# a temp file; the committed conformance/report.yaml is refreshed by running without it.
+SNIGATE_CONFORMANCE=1 SNIGATE_CONFORMANCE_REPORT="${TMPDIR:-/tmp}/snigate-conformance-report.yaml" \
+  go test -count=1 -timeout 40m -run TestConformance ./conformance
