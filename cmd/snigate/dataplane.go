@@ -25,8 +25,8 @@ const dataplaneUsage = `Usage: snigate dataplane --gateway NAMESPACE/NAME [flags
 The data plane of one Gateway, as "snigate controller --provision" deploys it (one Deployment
 per Gateway, see config/README.md). It watches the API server read-only, translates like the
 controller does and serves that Gateway's routing table. It writes nothing: no status, no
-leader election. While the API server is unreachable it keeps serving its last snapshot; the
-watches resume on their own when it returns.
+leader election. While the API server is unreachable it keeps serving its last snapshot; when
+it returns, changes are picked up within a second (direct reads while the watches reconnect).
 
 Flags:
 `

@@ -21,7 +21,8 @@
 //     only, that writes only what changed and retries on conflict. With Config.Provision,
 //     each Gateway's addresses come from its provisioned Service first.
 //  5. With Config.Provision, the elected leader also provisions a data plane per Gateway
-//     (internal/provision); a data plane runs this same source with Config.ReadOnly.
+//     (internal/provision); a data plane runs this same source with Config.ReadOnly, where
+//     a watchdog switches to direct reads after an API server outage (recovery.go).
 //
 // Input that the translate stage rejects as a whole (it cannot pass the CRDs' validation, so
 // it should not exist in a cluster) is logged; the previous snapshot and status stay.
@@ -56,6 +57,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/admin"
@@ -116,6 +118,11 @@ type Controller struct {
 	writer  *statusWriter
 	gateway types.NamespacedName
 	local   *localAddresses // nil without Config.LocalAddresses
+
+	// With Config.ReadOnly: the watchdog that switches to direct reads after an API server
+	// outage, and the uncached reader it switches to (recovery.go).
+	recovery *recovery
+	direct   client.Reader
 
 	mu         sync.Mutex
 	generation uint64
@@ -252,6 +259,23 @@ func New(cfg Config) (*Controller, error) {
 		Watches(&discoveryv1.EndpointSlice{}, all).
 		Watches(&corev1.Secret{}, all).
 		Watches(&corev1.Namespace{}, all)
+	if cfg.ReadOnly {
+		// A data plane must pick up changes within a second of the API server's return,
+		// sooner than client-go's watch retry backoff allows (recovery.go).
+		probe, err := restProbe(cfg.REST)
+		if err != nil {
+			return nil, err
+		}
+		c.direct, err = directReader(cfg.REST, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+		if err != nil {
+			return nil, err
+		}
+		c.recovery = newRecovery(probe, cfg.Logger.With("component", "recovery"))
+		if err := mgr.Add(c.recovery); err != nil {
+			return nil, err
+		}
+		b = b.WatchesRawSource(source.Channel(c.recovery.kick, all))
+	}
 	if err := b.Complete(reconcile.Func(c.reconcile)); err != nil {
 		return nil, fmt.Errorf("kubernetes: controller: %w", err)
 	}
@@ -339,9 +363,16 @@ func onlyGateway(res *resources.Resources, gw types.NamespacedName) *resources.R
 	return &out
 }
 
-// load lists every watched kind from the informer cache.
+// load lists every watched kind from the informer cache, or from the API server itself
+// while the recovery watchdog says the cache may lag behind (recovery.go).
 func (c *Controller) load(ctx context.Context) (*resources.Resources, error) {
-	cl := c.mgr.GetClient()
+	var cl client.Reader = c.mgr.GetClient()
+	if c.recovery != nil && c.recovery.direct() {
+		cl = c.direct
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, directTimeout)
+		defer cancel()
+	}
 	res := &resources.Resources{}
 	var (
 		gcs   gwv1.GatewayClassList

@@ -1,0 +1,85 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The watchdog reads directly from the first successful probe after a failure until the
+// window has passed, keeps reading directly while the API server is down again, and asks for
+// a translation at once on recovery and every poll interval meanwhile.
+func TestRecoveryWindow(t *testing.T) {
+	var down atomic.Bool
+	r := newRecovery(func(context.Context) error {
+		if down.Load() {
+			return errors.New("down")
+		}
+		return nil
+	}, slog.New(slog.DiscardHandler))
+	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Start(ctx)
+
+	kicked := func(within time.Duration) bool {
+		select {
+		case <-r.kick:
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	time.Sleep(30 * time.Millisecond)
+	if r.direct() || kicked(30*time.Millisecond) {
+		t.Fatal("direct reads or a translation without an outage")
+	}
+	down.Store(true)
+	time.Sleep(30 * time.Millisecond)
+	if r.direct() || kicked(30*time.Millisecond) {
+		t.Fatal("direct reads or a translation while down (the cache is the last view)")
+	}
+	down.Store(false)
+	start := time.Now()
+	if !kicked(150 * time.Millisecond) {
+		t.Fatal("no translation on recovery")
+	}
+	if !r.direct() {
+		t.Fatal("not reading directly after recovery")
+	}
+	if !kicked(150 * time.Millisecond) {
+		t.Fatal("no periodic translation during the window")
+	}
+	// Down again inside the window: reads stay direct (a stale cache must not be read).
+	down.Store(true)
+	time.Sleep(700 * time.Millisecond)
+	if !r.direct() {
+		t.Fatal("window closed while the API server is down again")
+	}
+	drain(r)
+	down.Store(false)
+	if !kicked(150 * time.Millisecond) {
+		t.Fatal("no translation on the second recovery")
+	}
+	time.Sleep(700 * time.Millisecond)
+	if r.direct() {
+		t.Fatalf("still reading directly %s after recovery", time.Since(start))
+	}
+	drain(r)
+	if kicked(60 * time.Millisecond) {
+		t.Fatal("translation requested after the window")
+	}
+}
+
+func drain(r *recovery) {
+	for {
+		select {
+		case <-r.kick:
+		default:
+			return
+		}
+	}
+}
