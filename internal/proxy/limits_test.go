@@ -170,3 +170,33 @@ func TestIdleTimeoutTerminate(t *testing.T) {
 		t.Fatalf("closed after %v, want about 300ms", d)
 	}
 }
+
+// Connections spread over the ready endpoints of one backend.
+func TestBalanceAcrossEndpoints(t *testing.T) {
+	ea, eb := backend(t, "A", nil), backend(t, "B", nil)
+	p := newProxy(t)
+	addr := freeAddr(t)
+	port := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTCP,
+		TCP: &snapshot.Listener{Name: "gw/tcp", Route: route("r", ea, eb)}}
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for i := 0; i < 200; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[strings.TrimSpace(line)]++
+	}
+	// Uniform over two endpoints: 100 each on average, sd ≈ 7.
+	if counts["A"] < 60 || counts["B"] < 60 {
+		t.Fatalf("200 connections over two endpoints: %v", counts)
+	}
+}
