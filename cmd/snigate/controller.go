@@ -5,17 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
 	"github.com/snigate/snigate/internal/snapshot"
@@ -54,18 +51,8 @@ func runController(args []string) error {
 	leaderElect := fs.Bool("leader-elect", true, "elect one replica to write status (Lease "+kubernetes.DefaultLeaderElectionID+")")
 	leaseNS := fs.String("leader-election-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the leader election Lease")
 	probes := fs.String("health-probe-address", "", "address for the controller's /healthz and /readyz (empty disables)")
-	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status (empty disables)")
-	bind := fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses")
+	rf := addRunFlags(fs)
 	localAddrs := fs.String("local-addresses", "", "prefix (e.g. 127.0.0.0/24) giving each Gateway without spec.addresses its own address, bound locally and written to status.addresses (tests, conformance)")
-	helloTimeout := fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello")
-	helloMax := fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello")
-	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout")
-	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
-	keepAlive := fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish")
-	accessLog := fs.Bool("access-log", true, "log one line per connection")
-	logFormat := fs.String("log-format", "text", "log format: json or text")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	provisionOpts := provisionFlags(fs) // dataplane.go
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -73,7 +60,7 @@ func runController(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("controller: unexpected arguments %q", fs.Args())
 	}
-	log, err := newLogger(*logFormat, *logLevel)
+	log, err := rf.logger()
 	if err != nil {
 		return err
 	}
@@ -91,15 +78,11 @@ func runController(args []string) error {
 	var p *proxy.Proxy
 	var apply func(*snapshot.Snapshot) error
 	if *serveProxy {
-		p = proxy.New(proxy.Options{
-			HelloTimeout: *helloTimeout, HelloMaxBytes: *helloMax, DialTimeout: *dialTimeout,
-			IdleTimeout: *idleTimeout, KeepAlive: *keepAlive, AccessLog: *accessLog,
-			Metrics: m, Logger: log,
-		})
+		p = proxy.New(rf.proxyOptions(m, log))
 		apply = p.Apply
 	}
 	c, err := kubernetes.New(kubernetes.Config{
-		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *bind, Gateway: *gateway,
+		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: apply, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
 		HealthProbeAddress: *probes, Logger: log, LocalAddresses: local,
 		Provision: provisionOpts(),
@@ -107,24 +90,19 @@ func runController(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *adminAddr != "" {
-		ln, err := net.Listen("tcp", *adminAddr)
-		if err != nil {
-			return fmt.Errorf("--admin: %w", err)
-		}
-		srv := admin.New(m, c.State)
-		defer srv.Close()
-		go srv.Serve(ln)
-		log.Info("admin listening", "address", ln.Addr().String())
+	closeAdmin, err := startAdmin(*rf.admin, m, c.State, log)
+	if err != nil {
+		return err
 	}
+	defer closeAdmin()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log.Info("controller starting", "controllerName", *controllerName, "gateway", *gateway, "proxy", *serveProxy)
 	err = c.Start(ctx)
 	if p != nil {
-		log.Info("shutting down: draining connections", "timeout", *drain)
-		dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+		log.Info("shutting down: draining connections", "timeout", *rf.drain)
+		dctx, dcancel := context.WithTimeout(context.Background(), *rf.drain)
 		if p.Shutdown(dctx) != nil {
 			log.Warn("drain timeout reached; closed remaining connections")
 		}

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os/signal"
 	"syscall"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/proxy"
@@ -40,17 +37,7 @@ func runDataplane(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
 	gateway := fs.String("gateway", "", "namespace/name of the Gateway to serve (required)")
 	controllerName := fs.String("controller-name", translate.DefaultControllerName, "GatewayClass controllerName to answer to")
-	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status (empty disables)")
-	bind := fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses")
-	helloTimeout := fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello")
-	helloMax := fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello")
-	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout")
-	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
-	keepAlive := fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish")
-	accessLog := fs.Bool("access-log", true, "log one line per connection")
-	logFormat := fs.String("log-format", "text", "log format: json or text")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	rf := addRunFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,7 +47,7 @@ func runDataplane(args []string) error {
 	if *gateway == "" {
 		return errors.New("dataplane: --gateway namespace/name is required")
 	}
-	log, err := newLogger(*logFormat, *logLevel)
+	log, err := rf.logger()
 	if err != nil {
 		return err
 	}
@@ -69,34 +56,25 @@ func runDataplane(args []string) error {
 		return err
 	}
 	m := metrics.New()
-	p := proxy.New(proxy.Options{
-		HelloTimeout: *helloTimeout, HelloMaxBytes: *helloMax, DialTimeout: *dialTimeout,
-		IdleTimeout: *idleTimeout, KeepAlive: *keepAlive, AccessLog: *accessLog,
-		Metrics: m, Logger: log,
-	})
+	p := proxy.New(rf.proxyOptions(m, log))
 	c, err := kubernetes.New(kubernetes.Config{
-		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *bind, Gateway: *gateway,
+		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: p.Apply, ReadOnly: true, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	if *adminAddr != "" {
-		ln, err := net.Listen("tcp", *adminAddr)
-		if err != nil {
-			return fmt.Errorf("--admin: %w", err)
-		}
-		srv := admin.New(m, c.State)
-		defer srv.Close()
-		go srv.Serve(ln)
-		log.Info("admin listening", "address", ln.Addr().String())
+	closeAdmin, err := startAdmin(*rf.admin, m, c.State, log)
+	if err != nil {
+		return err
 	}
+	defer closeAdmin()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log.Info("data plane starting", "gateway", *gateway)
 	err = c.Start(ctx)
-	log.Info("shutting down: draining connections", "timeout", *drain)
-	dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+	log.Info("shutting down: draining connections", "timeout", *rf.drain)
+	dctx, dcancel := context.WithTimeout(context.Background(), *rf.drain)
 	defer dcancel()
 	if p.Shutdown(dctx) != nil {
 		log.Warn("drain timeout reached; closed remaining connections")

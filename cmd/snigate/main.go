@@ -13,14 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/echo"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
@@ -104,51 +101,32 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var paths pathsFlag
 	fs.Var(&paths, "f", "manifest file or folder (repeatable)")
-	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status (empty disables)")
-	bind := fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses")
-	helloTimeout := fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello")
-	helloMax := fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello")
-	dialTimeout := fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout")
-	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
-	keepAlive := fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish")
-	accessLog := fs.Bool("access-log", true, "log one line per connection")
-	logFormat := fs.String("log-format", "text", "log format: json or text")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	rf := addRunFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if len(paths) == 0 {
 		return fmt.Errorf("serve: -f PATH is required")
 	}
-	log, err := newLogger(*logFormat, *logLevel)
+	log, err := rf.logger()
 	if err != nil {
 		return err
 	}
 	slog.SetDefault(log)
 	m := metrics.New()
-	p := proxy.New(proxy.Options{
-		HelloTimeout: *helloTimeout, HelloMaxBytes: *helloMax, DialTimeout: *dialTimeout,
-		IdleTimeout: *idleTimeout, KeepAlive: *keepAlive, AccessLog: *accessLog,
-		Metrics: m, Logger: log,
-	})
+	p := proxy.New(rf.proxyOptions(m, log))
 	r := standalone.New(standalone.Config{
 		Paths: paths, Proxy: p, Metrics: m, Logger: log,
-		Translate: translate.Options{DefaultBindAddress: *bind},
+		Translate: translate.Options{DefaultBindAddress: *rf.bind},
 	})
 	if err := r.Load(); err != nil {
 		return err
 	}
-	if *adminAddr != "" {
-		ln, err := net.Listen("tcp", *adminAddr)
-		if err != nil {
-			return fmt.Errorf("--admin: %w", err)
-		}
-		srv := admin.New(m, r.State)
-		defer srv.Close()
-		go srv.Serve(ln)
-		log.Info("admin listening", "address", ln.Addr().String())
+	closeAdmin, err := startAdmin(*rf.admin, m, r.State, log)
+	if err != nil {
+		return err
 	}
+	defer closeAdmin()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -171,9 +149,9 @@ func serve(args []string) error {
 				}
 				continue
 			}
-			log.Info("shutting down: draining connections", "signal", s.String(), "timeout", *drain)
+			log.Info("shutting down: draining connections", "signal", s.String(), "timeout", *rf.drain)
 			cancel()
-			dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+			dctx, dcancel := context.WithTimeout(context.Background(), *rf.drain)
 			err := p.Shutdown(dctx)
 			dcancel()
 			if err != nil {
