@@ -92,6 +92,16 @@ func TestConformance(t *testing.T) {
 	}
 	_, err := exec.LookPath("ip")
 	requireOrSkip(t, "iproute2", err)
+	// One run per machine: two runs would bind the same 127.0.0.N:80/443 and each would
+	// delete the other's network namespaces as leftovers of a killed run.
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "snigate-conformance.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("another conformance run is in progress on this machine (%s is locked): %v", lock.Name(), err)
+	}
 	started := time.Now()
 
 	// Artifacts: binaries, logs, Pod files. Kept after the run for diagnosis.
