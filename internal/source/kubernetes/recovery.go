@@ -18,7 +18,7 @@ import (
 // broken watch with jittered exponential backoff (k8s.io/client-go/tools/cache/reflector.go:
 // 0.8 s doubling, capped at 30 s, jitter 1.0, so a retry can be up to 60 s away) and does not
 // notice that the API server is back in between. The recovery watchdog closes that gap: it
-// probes the API server every 200 ms; when a probe succeeds after one failed, it switches the
+// probes the API server every 200 ms; when a probe succeeds after two in a row failed (one is a blip), it switches the
 // reconciler to direct (uncached) reads for recoveryWindow and enqueues a translation at once
 // and every 500 ms, so a change made during the outage is served ~0.2–0.7 s after the return
 // while the informers are still backing off.
@@ -50,6 +50,9 @@ type recovery struct {
 	mu    sync.Mutex
 	until time.Time // reads are direct until then
 }
+
+// outageProbes consecutive failed probes mark the API server as unreachable.
+const outageProbes = 2
 
 func newRecovery(probe func(context.Context) error, log *slog.Logger) *recovery {
 	return &recovery{
@@ -105,28 +108,38 @@ func (r *recovery) Start(ctx context.Context) error {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	up := true
+	fails := 0
 	var polled time.Time
 	for {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		err := r.probe(pctx)
 		cancel()
+		if err != nil {
+			fails++
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			if up {
+			// One failed probe (a slow answer on a busy API server) is not an outage: every
+			// replica opening a window of direct lists on a blip would load the API server
+			// exactly when it is struggling. Two in a row are.
+			if up && fails >= outageProbes {
 				r.log.Warn("API server unreachable; serving the last snapshot", "error", err)
+				up = false
 			}
-			up = false
 			if r.direct() {
 				r.extend() // keep reading directly: the cache may be older than the snapshot
 			}
 		case !up:
+			fails = 0
 			up = true
 			r.log.Info("API server reachable again; reading it directly while the watches reconnect", "for", r.window)
 			r.extend()
 			r.enqueue()
 			polled = time.Now()
+		case fails > 0:
+			fails = 0 // a single failed probe, now answered: nothing to recover from
 		case r.direct() && time.Since(polled) >= r.poll:
 			r.enqueue()
 			polled = time.Now()

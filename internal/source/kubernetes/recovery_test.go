@@ -83,3 +83,37 @@ func drain(r *recovery) {
 		}
 	}
 }
+
+// One failed probe is a blip, not an outage: it opens no window of direct reads.
+func TestRecoveryIgnoresOneFailedProbe(t *testing.T) {
+	var blips atomic.Int32
+	blips.Store(1)
+	r := newRecovery(func(context.Context) error {
+		if blips.Add(-1) >= 0 {
+			return errors.New("slow answer")
+		}
+		return nil
+	}, slog.New(slog.DiscardHandler))
+	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Start(ctx)
+	time.Sleep(60 * time.Millisecond)
+	if r.direct() {
+		t.Fatal("a single failed probe opened a recovery window")
+	}
+	select {
+	case <-r.kick:
+		t.Fatal("a single failed probe asked for a translation")
+	default:
+	}
+	// Two in a row are an outage: the answer after them opens the window.
+	blips.Store(2)
+	deadline := time.Now().Add(2 * time.Second)
+	for !r.direct() {
+		if time.Now().After(deadline) {
+			t.Fatal("two failed probes in a row and an answer opened no window")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
