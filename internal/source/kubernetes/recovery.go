@@ -19,9 +19,10 @@ import (
 // 0.8 s doubling, capped at 30 s, jitter 1.0, so a retry can be up to 60 s away) and does not
 // notice that the API server is back in between. The recovery watchdog closes that gap: it
 // probes the API server every 200 ms; when a probe succeeds after two in a row failed (one
-// alone is a blip), it switches the reconciler to direct (uncached) reads for recoveryWindow
-// and enqueues a translation at once and every 500 ms, so a change made during the outage is served ~0.2–0.7 s after the return
-// while the informers are still backing off.
+// alone is a blip), it switches the reconciler to direct (uncached) reads for
+// recoveryWindow and enqueues a translation at once and every 500 ms, so a change made
+// during the outage is served ~0.2–0.7 s after the return while the informers are still
+// backing off.
 //
 // During the window every reconcile reads directly, never from the cache, so a reconcile
 // from a cache that has not caught up yet cannot replace a newer snapshot with an older one.
