@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -12,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snigate/snigate/internal/snapshot"
 )
@@ -74,7 +71,6 @@ type conn struct {
 	async     bool
 	remaining atomic.Int32
 	outcome   string // set by the backend→client goroutine before it finishes
-	active    prometheus.Gauge
 	onEnd     []func()
 }
 
@@ -83,7 +79,7 @@ func (c *conn) end() {
 	for _, f := range c.onEnd {
 		f()
 	}
-	c.active.Dec()
+	c.pl.activeGauge.Dec()
 	p := c.p
 	p.connMu.Lock()
 	delete(p.connSet, c)
@@ -97,8 +93,7 @@ func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPCon
 	p.connMu.Lock()
 	p.connSet[c] = struct{}{}
 	p.connMu.Unlock()
-	c.active = p.m.Active.WithLabelValues(pl.addr)
-	c.active.Inc()
+	pl.activeGauge.Inc()
 	defer func() {
 		if !c.async {
 			c.end()
@@ -224,14 +219,13 @@ func (c *conn) dial(b *snapshot.Backend) (*net.TCPConn, error) {
 
 func (c *conn) dialOne(ep netip.AddrPort) (*net.TCPConn, error) {
 	t := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), c.p.opts.DialTimeout)
-	defer cancel()
-	nc, err := c.p.dialer.DialContext(ctx, "tcp", ep.String())
+	// The dialer carries the dial timeout itself; no per-connection context is needed.
+	nc, err := c.p.dialer.Dial("tcp", ep.String())
 	if err != nil {
-		c.p.m.DialSeconds.WithLabelValues("error").Observe(time.Since(t).Seconds())
+		c.p.dialErr.Observe(time.Since(t).Seconds())
 		return nil, err
 	}
-	c.p.m.DialSeconds.WithLabelValues("ok").Observe(time.Since(t).Seconds())
+	c.p.dialOK.Observe(time.Since(t).Seconds())
 	c.p.health.succeeded(ep)
 	return nc.(*net.TCPConn), nil
 }

@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/snigate/snigate/internal/httpproxy"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
@@ -105,6 +107,8 @@ type Proxy struct {
 	snap   atomic.Pointer[snapshot.Snapshot]
 	health health
 	dialer net.Dialer
+	// dialOK and dialErr are snigate_backend_dial_seconds' two children, resolved once.
+	dialOK, dialErr prometheus.Observer
 	// httpHandler serves the requests of every HTTP and HTTPS listener.
 	httpHandler *httpproxy.Handler
 
@@ -130,6 +134,8 @@ func New(opts Options) *Proxy {
 		connSet:   map[*conn]struct{}{},
 	}
 	p.health.init(opts.EjectAfter, opts.EjectFor)
+	p.dialOK = p.m.DialSeconds.WithLabelValues("ok")
+	p.dialErr = p.m.DialSeconds.WithLabelValues("error")
 	p.httpHandler = httpproxy.New(httpproxy.Options{
 		Snapshot:    p.snap.Load,
 		DialTimeout: opts.DialTimeout,
@@ -264,6 +270,9 @@ type portListener struct {
 	ln     *net.TCPListener
 	active atomic.Int64
 	pg     pgTracker
+	// activeGauge is this port's child of snigate_active_connections, resolved once here
+	// rather than by a label lookup per connection.
+	activeGauge prometheus.Gauge
 
 	httpOnce sync.Once
 	httpSrv  *httpServer
@@ -287,7 +296,7 @@ func (p *Proxy) listen(addr string) (*portListener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &portListener{addr: addr, ln: ln.(*net.TCPListener)}, nil
+	return &portListener{addr: addr, ln: ln.(*net.TCPListener), activeGauge: p.m.Active.WithLabelValues(addr)}, nil
 }
 
 func (p *Proxy) serve(pl *portListener) {
