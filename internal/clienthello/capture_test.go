@@ -23,6 +23,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 // recordingConn records what a TLS client writes and fails its reads, so the handshake stops
@@ -177,9 +179,7 @@ func opensslCases() []opensslCase {
 func opensslHello(t testing.TB, args ...string) []byte {
 	t.Helper()
 	path, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Skip("openssl not installed")
-	}
+	testutil.Require(t, "openssl", err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/snigate/snigate/bench/internal/pki"
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 func spec(t *testing.T, dir string) Spec {
@@ -58,8 +60,10 @@ func TestConfigsAreAccepted(t *testing.T) {
 			default:
 				return // sniproxy has no check mode
 			}
-			if _, err := exec.LookPath(check[0]); err != nil || os.Getuid() != 0 {
-				t.Skipf("%s not installed or not root", check[0])
+			_, err = exec.LookPath(check[0])
+			testutil.Require(t, check[0]+" (scripts/install-test-deps.sh)", err)
+			if os.Getuid() != 0 {
+				testutil.Require(t, "root", errors.New(check[0]+" checks its config as root"))
 			}
 			if out, err := exec.Command(check[0], check[1:]...).CombinedOutput(); err != nil {
 				t.Fatalf("%v: %v\n%s", check, err, out)

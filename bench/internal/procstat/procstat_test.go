@@ -10,7 +10,7 @@ import (
 func TestOwnProcess(t *testing.T) {
 	cmd := exec.Command("sleep", "5")
 	if err := cmd.Start(); err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
 	tree := Tree(os.Getpid())
