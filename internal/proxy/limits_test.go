@@ -181,20 +181,7 @@ func TestBalanceAcrossEndpoints(t *testing.T) {
 	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
 		t.Fatal(err)
 	}
-	counts := map[string]int{}
-	for i := 0; i < 200; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		c.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		counts[strings.TrimSpace(line)]++
-	}
+	counts := greetings(t, addr, 200)
 	// Uniform over two endpoints: 100 each on average, sd ≈ 7.
 	if counts["A"] < 60 || counts["B"] < 60 {
 		t.Fatalf("200 connections over two endpoints: %v", counts)

@@ -313,20 +313,7 @@ func TestTCPListenerAndWeights(t *testing.T) {
 	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
 		t.Fatal(err)
 	}
-	counts := map[string]int{}
-	for i := 0; i < 400; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		c.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		counts[strings.TrimSpace(line)]++
-	}
+	counts := greetings(t, addr, 400)
 	// 3:1 over 400 connections: B's share is 100 on average, sd ≈ 8.7.
 	if counts["B"] < 55 || counts["B"] > 145 {
 		t.Fatalf("weights 3:1 gave %v", counts)
@@ -365,4 +352,25 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// greetings opens n connections to addr one after another and counts the greeting line
+// (the backend's name) each one receives first.
+func greetings(t *testing.T, addr string, n int) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[strings.TrimSpace(line)]++
+	}
+	return counts
 }
