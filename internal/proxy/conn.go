@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
@@ -65,12 +66,14 @@ type conn struct {
 	in, out      int64 // client→backend, backend→client
 	lastActive   atomic.Int64
 
-	// async is set once the two copy goroutines own the connection: the last of them to
-	// finish ends it, and handle's goroutine (with the deep stack it grew while routing and
-	// dialing) exits instead of waiting. An idle connection then costs two small stacks.
-	async     bool
-	remaining atomic.Int32
-	outcome   string // set by the backend→client goroutine before it finishes
+	// async is set once the relay owns the connection: its callback ends it, and handle's
+	// goroutine (with the deep stack it grew while routing and dialing) exits instead of
+	// waiting. An idle connection then costs no goroutine at all.
+	async bool
+	// pair is the relay's hold on both sockets, from pipe until the relay's callback
+	// (guarded by backendMu, like relayDone).
+	pair      *relay.Pair
+	relayDone bool
 	onEnd     []func()
 }
 
@@ -345,6 +348,11 @@ func (c *conn) finish(outcome string) {
 func (c *conn) closeAll() {
 	c.backendMu.Lock()
 	defer c.backendMu.Unlock()
+	if c.pair != nil {
+		// The relay owns both sockets until its callback runs, which closes them.
+		c.pair.Stop(relay.OutcomeShutdown)
+		return
+	}
 	if c.tlsConn != nil {
 		c.tlsConn.Close()
 	}
@@ -354,44 +362,56 @@ func (c *conn) closeAll() {
 	}
 }
 
-// pipe copies both ways between two raw TCP connections, each direction in a goroutine of
-// its own, and ends the connection when both are done. Bytes move through relay: small reads in user space
-// through pooled buffers, bulk through splice(2), nothing held while idle. A clean EOF on
-// one side is passed on as a half-close; an error on either side ends both.
+// pipe hands both raw TCP connections to the proxy's relay (package relay: event loops,
+// no goroutine per idle connection), which copies both ways, passes a clean EOF on as a
+// half-close and ends both sides on an error. The access log line and metrics are written
+// when the relay is done.
 //
 // With expectTLS, the backend's first bytes are checked before anything reaches the client:
 // a backend that does not answer a ClientHello with a TLS record (a MySQL or MariaDB greeting,
 // a plaintext server) is reported instead of handing the client bytes it cannot parse.
 func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) {
-	idle := c.p.opts.IdleTimeout
-	c.touch()
-	c.async = true
-	c.outcome = "ok"
-	c.remaining.Store(2)
-	// Whichever direction finishes last writes the access log and ends the connection; the
-	// atomic counter orders both goroutines' writes (in, out, outcome) before that.
-	done := func() {
-		if c.remaining.Add(-1) == 0 {
-			c.finish(c.outcome)
-			c.end()
-		}
+	r, err := c.p.relay()
+	if err != nil {
+		c.p.log.Error("relay unavailable", "error", err)
+		c.finish("relay_failed")
+		return
 	}
-	go func() {
-		c.endHalf(backend, &c.in)(c.relay(backend, client, idle))
-		done()
-	}()
-	go func() {
-		if expectTLS {
-			if o := c.checkBackendTLS(client, backend); o != "" {
-				c.outcome = o
-				c.closeAll()
-				done()
-				return
+	c.async = true // from here on, the relay's callback ends the connection
+	pr, err := r.Start(client, backend, relay.Options{IdleTimeout: c.p.opts.IdleTimeout, ExpectTLS: expectTLS},
+		func(res relay.Result) {
+			c.backendMu.Lock()
+			c.pair, c.relayDone = nil, true
+			c.backendMu.Unlock()
+			c.in += res.Bytes[0]
+			c.out += res.Bytes[1]
+			outcome := "ok"
+			switch res.Outcome {
+			case relay.OutcomeNotTLS:
+				outcome = reasonBackendNotTLS
+				c.p.log.Warn("backend did not answer with TLS; a server-speaks-first protocol (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose it on a TCP listener with a TCPRoute",
+					"route", c.route, "backend", c.backendName, "endpoint", c.endpoint, "firstByte", quoteByte(res.FirstByte))
+			case "":
+			default:
+				outcome = res.Outcome
 			}
-		}
-		c.endHalf(client, &c.out)(c.relay(client, backend, idle))
-		done()
-	}()
+			if res.Err != nil {
+				c.p.log.Debug("relay ended on an error", "sni", c.sni, "route", c.route, "error", res.Err)
+			}
+			c.finish(outcome)
+			c.end()
+		})
+	if err != nil {
+		c.async = false
+		c.p.log.Error("relay refused a connection", "error", err)
+		c.finish("relay_failed")
+		return
+	}
+	c.backendMu.Lock()
+	if !c.relayDone {
+		c.pair = pr
+	}
+	c.backendMu.Unlock()
 }
 
 // endHalf returns what to do when one direction's copy toward dst ends: count its bytes,
@@ -408,37 +428,6 @@ func (c *conn) endHalf(dst interface{ CloseWrite() error }, count *int64) func(i
 }
 
 const reasonBackendNotTLS = "backend_not_tls"
-
-// checkBackendTLS reads the backend's first bytes and forwards them when they start a TLS
-// record (handshake or alert). It returns a non-empty outcome when the connection must end.
-func (c *conn) checkBackendTLS(client, backend *net.TCPConn) string {
-	bp := relayBufs.Get().(*[]byte)
-	defer relayBufs.Put(bp)
-	first := *bp
-	if c.p.opts.IdleTimeout > 0 {
-		backend.SetReadDeadline(time.Now().Add(c.p.opts.IdleTimeout))
-	}
-	n, err := backend.Read(first)
-	backend.SetReadDeadline(time.Time{})
-	if n == 0 {
-		if err == io.EOF || err == nil {
-			client.CloseWrite()
-			return ""
-		}
-		return "backend_read_failed"
-	}
-	if first[0] != 0x16 && first[0] != 0x15 {
-		c.p.log.Warn("backend did not answer with TLS; a server-speaks-first protocol (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose it on a TCP listener with a TCPRoute",
-			"route", c.route, "backend", c.backendName, "endpoint", c.endpoint, "firstByte", quoteByte(first[0]))
-		return reasonBackendNotTLS
-	}
-	w, werr := client.Write(first[:n])
-	c.out += int64(w)
-	if werr != nil {
-		return "client_write_failed"
-	}
-	return ""
-}
 
 func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 

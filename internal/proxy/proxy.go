@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/snigate/snigate/internal/httpproxy"
 	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
@@ -115,6 +117,12 @@ type Proxy struct {
 	mu        sync.Mutex // guards listeners, closing; serialises Apply and Shutdown
 	listeners map[string]*portListener
 	closing   bool
+
+	// relays moves the bytes of routed passthrough and TCP connections; started by the
+	// first one (see relay).
+	relayOnce sync.Once
+	relays    *relay.Relay
+	relayErr  error
 
 	conns     sync.WaitGroup
 	connMu    sync.Mutex
@@ -251,6 +259,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 
 	done := make(chan struct{})
 	go func() { p.conns.Wait(); close(done) }()
+	defer func() {
+		// Every connection has ended: the relay's loops have nothing left to run.
+		if p.relays != nil {
+			p.relays.Close()
+		}
+	}()
 	select {
 	case <-done:
 		return nil
@@ -263,6 +277,13 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		<-done
 		return ctx.Err()
 	}
+}
+
+// relay returns the proxy's relay, starting its event loops (one per usable CPU) the first
+// time.
+func (p *Proxy) relay() (*relay.Relay, error) {
+	p.relayOnce.Do(func() { p.relays, p.relayErr = relay.New(runtime.GOMAXPROCS(0)) })
+	return p.relays, p.relayErr
 }
 
 type portListener struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
@@ -110,8 +111,4 @@ func countFDs(t *testing.T) int {
 
 func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
-func pooledPipes() int {
-	pipes.Lock()
-	defer pipes.Unlock()
-	return len(pipes.free)
-}
+func pooledPipes() int { return relay.PooledPipes() }

@@ -1,0 +1,729 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	bufSize      = 16 << 10  // a read that fills this switches the direction to splice
+	pipeSize     = 256 << 10 // F_SETPIPE_SZ; also the most one splice moves
+	maxIdlePipes = 64        // pipes kept for reuse; more are closed after use
+	spliceFlags  = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
+
+	// batch is how many events one epoll_wait returns at most.
+	batch = 128
+	// turnBudget is how many bytes one direction moves per turn before other pairs get
+	// theirs: a bulk transfer must not hold a loop while small requests wait.
+	turnBudget = 512 << 10
+
+	// epoll registration of every socket: edge-triggered, so an idle pair or a pair waiting
+	// for one side to drain costs no wakeup, and the interest set never changes (no
+	// EPOLL_CTL_MOD per blocked write).
+	sockEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+	kickData   = -1 // epoll data of a loop's eventfd
+)
+
+// Outcomes a Result can carry besides the empty one (both sides ended by themselves).
+const (
+	// OutcomeIdle: nothing moved either way for Options.IdleTimeout.
+	OutcomeIdle = "idle_timeout"
+	// OutcomeNotTLS: with Options.ExpectTLS, side B's first byte did not start a TLS record.
+	OutcomeNotTLS = "backend_not_tls"
+	// OutcomeShutdown is what callers usually pass to Pair.Stop.
+	OutcomeShutdown = "shutdown"
+)
+
+// Options tune one pair.
+type Options struct {
+	// IdleTimeout ends the pair once no byte moved in either direction for this long
+	// (checked a few times per timeout). Zero: never.
+	IdleTimeout time.Duration
+	// ExpectTLS checks the first byte side B sends: it must start a TLS record (handshake
+	// or alert), or the pair ends with OutcomeNotTLS before A sees any of it. A passthrough
+	// proxy uses this to catch backends that speak first in plaintext (MySQL greetings).
+	ExpectTLS bool
+}
+
+// Result is what a pair did, passed to its done callback.
+type Result struct {
+	// Bytes written: [0] from A to B, [1] from B to A.
+	Bytes [2]int64
+	// Err is the first socket error that ended the pair, nil when it ended cleanly or by
+	// Outcome.
+	Err error
+	// Outcome is empty when both sides closed by themselves or on an error; see the
+	// Outcome constants otherwise (or what Stop was given).
+	Outcome string
+	// FirstByte is side B's first byte when Outcome is OutcomeNotTLS.
+	FirstByte byte
+}
+
+// Relay is a set of event loops. Its methods are safe for concurrent use.
+type Relay struct {
+	loops []*loop
+	next  atomic.Uint32
+
+	sweepMu   sync.Mutex
+	sweepEach time.Duration // 0 until a pair with an idle timeout starts
+	sweepWake chan struct{}
+	stop      chan struct{}
+	closeOnce sync.Once
+}
+
+// New starts n event loops (at least one).
+func New(n int) (*Relay, error) {
+	r := &Relay{stop: make(chan struct{}), sweepWake: make(chan struct{}, 1)}
+	for range max(n, 1) {
+		l, err := newLoop()
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.loops = append(r.loops, l)
+		go l.run()
+	}
+	return r, nil
+}
+
+// Close stops the loops. Pairs still running are abandoned without their done callbacks:
+// call it after every pair has ended.
+func (r *Relay) Close() {
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		for _, l := range r.loops {
+			l.close()
+		}
+	})
+}
+
+// Pairs returns how many pairs are running.
+func (r *Relay) Pairs() int {
+	n := 0
+	for _, l := range r.loops {
+		n += int(l.count.Load())
+	}
+	return n
+}
+
+// Start relays between a and b until both directions have ended, then calls done on a loop
+// goroutine (done should not block: other pairs wait for it). The relay never closes a or b:
+// done does. Until then the caller must not read, write or close them; Pair.Stop ends the
+// pair early.
+//
+// An error means nothing started and done will not be called. Once Start returns a Pair,
+// done is called exactly once, possibly before Start returns.
+func (r *Relay) Start(a, b *net.TCPConn, o Options, done func(Result)) (*Pair, error) {
+	fa, err := fdOf(a)
+	if err != nil {
+		return nil, err
+	}
+	fb, err := fdOf(b)
+	if err != nil {
+		return nil, err
+	}
+	l := r.loops[r.next.Add(1)%uint32(len(r.loops))]
+	p := &Pair{l: l, fd: [2]int{fa, fb}, opts: o, done: done, checkTLS: o.ExpectTLS}
+	if o.IdleTimeout > 0 {
+		p.lastActive.Store(time.Now().UnixNano())
+		r.watchIdle(o.IdleTimeout)
+	}
+	l.mu.Lock()
+	l.gen++
+	p.gen = l.gen
+	if n := len(l.free); n > 0 {
+		p.slot = l.free[n-1]
+		l.free = l.free[:n-1]
+		l.pairs[p.slot] = p
+	} else {
+		p.slot = int32(len(l.pairs))
+		l.pairs = append(l.pairs, p)
+	}
+	l.mu.Unlock()
+	l.count.Add(1)
+
+	for side := range 2 {
+		ev := unix.EpollEvent{Events: sockEvents, Fd: p.slot<<1 | int32(side), Pad: int32(p.gen)}
+		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, p.fd[side], &ev); err != nil {
+			err = os.NewSyscallError("epoll_ctl", err)
+			if side == 0 {
+				// Nothing can have reached the loop: undo quietly.
+				l.mu.Lock()
+				l.pairs[p.slot] = nil
+				l.free = append(l.free, p.slot)
+				l.mu.Unlock()
+				l.count.Add(-1)
+				return nil, err
+			}
+			// Side A is registered and may already be moving bytes: the loop ends the pair.
+			p.stopWith(err, "")
+		}
+	}
+	return p, nil
+}
+
+func fdOf(c *net.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// watchIdle makes sure the idle sweeper runs often enough for a timeout of d: four checks
+// per timeout, so a pair ends between d and 1.25 d after its last byte.
+func (r *Relay) watchIdle(d time.Duration) {
+	each := min(max(d/4, 5*time.Millisecond), time.Second)
+	r.sweepMu.Lock()
+	defer r.sweepMu.Unlock()
+	if r.sweepEach != 0 && r.sweepEach <= each {
+		return
+	}
+	first := r.sweepEach == 0
+	r.sweepEach = each
+	if first {
+		go r.sweep()
+	} else {
+		select {
+		case r.sweepWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *Relay) sweep() {
+	r.sweepMu.Lock()
+	t := time.NewTicker(r.sweepEach)
+	r.sweepMu.Unlock()
+	defer t.Stop()
+	var idle []*Pair
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.sweepWake:
+			r.sweepMu.Lock()
+			t.Reset(r.sweepEach)
+			r.sweepMu.Unlock()
+			continue
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		for _, l := range r.loops {
+			idle = idle[:0]
+			l.mu.Lock()
+			for _, p := range l.pairs {
+				if p != nil && p.opts.IdleTimeout > 0 && now-p.lastActive.Load() >= int64(p.opts.IdleTimeout) {
+					idle = append(idle, p)
+				}
+			}
+			l.mu.Unlock()
+			for _, p := range idle {
+				p.Stop(OutcomeIdle)
+			}
+		}
+	}
+}
+
+// loop is one event loop: an epoll set, waited on through Go's poller.
+type loop struct {
+	epfd int
+	efd  int // eventfd: writing it wakes the loop (Stop, more work than one turn)
+	f    *os.File
+	rc   syscall.RawConn
+
+	mu    sync.Mutex // guards pairs, free, gen, inbox
+	pairs []*Pair    // by slot; nil: free
+	free  []int32
+	gen   uint32
+	inbox []*Pair // pairs that Stop asked to end
+	count atomic.Int32
+
+	// Owned by the loop goroutine.
+	events [batch]unix.EpollEvent
+	work   []*Pair
+	ready  []*Pair // pairs that ran out of budget with work left
+}
+
+func newLoop() (*loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	// Non-blocking, so that os.NewFile puts it in Go's poller.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	// Edge-triggered and never read: every write is a new edge (the counter would take
+	// centuries to saturate).
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: kickData}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, efd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(efd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	f := os.NewFile(uintptr(epfd), "relay-epoll")
+	// A file outside Go's poller would make Read below block a thread instead of parking;
+	// deadlines are supported exactly when the file is in the poller.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		unix.Close(efd)
+		return nil, fmt.Errorf("epoll fd not pollable: %w", err)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		unix.Close(efd)
+		return nil, err
+	}
+	return &loop{epfd: epfd, efd: efd, f: f, rc: rc}, nil
+}
+
+func (l *loop) close() {
+	l.f.Close() // run's Read returns
+	unix.Close(l.efd)
+}
+
+func (l *loop) run() {
+	// The callback handles what is ready and returns false, which makes Go's poller park
+	// this goroutine until the epoll fd is readable again; it returns only when closed.
+	for {
+		if err := l.rc.Read(func(uintptr) bool { l.turn(); return false }); err != nil {
+			return
+		}
+	}
+}
+
+// kick makes the loop run again soon, after the runtime had a chance to run other
+// goroutines.
+func (l *loop) kick() {
+	var one = [8]byte{1}
+	unix.Write(l.efd, one[:])
+}
+
+// turn handles one batch of events, the pairs Stop asked to end and the pairs left over
+// from the previous turn.
+func (l *loop) turn() {
+	n, err := unix.EpollWait(l.epfd, l.events[:], 0)
+	if err != nil {
+		n = 0 // EINTR: the pairs left over still get their turn; the kick below retries
+	}
+	work := l.work[:0]
+	l.mu.Lock()
+	for i := range n {
+		ev := &l.events[i]
+		if ev.Fd == kickData {
+			continue
+		}
+		p := l.pairs[ev.Fd>>1]
+		if p == nil || p.gen != uint32(ev.Pad) {
+			continue // the pair ended earlier in this batch
+		}
+		p.note(int(ev.Fd&1), ev.Events)
+		if !p.queued {
+			p.queued = true
+			work = append(work, p)
+		}
+	}
+	for _, p := range l.inbox {
+		if !p.queued {
+			p.queued = true
+			work = append(work, p)
+		}
+	}
+	l.inbox = l.inbox[:0]
+	l.mu.Unlock()
+	for _, p := range l.ready {
+		if !p.queued {
+			p.queued = true
+			work = append(work, p)
+		}
+	}
+	l.ready = l.ready[:0]
+
+	for i, p := range work {
+		p.queued = false
+		if p.run() {
+			l.ready = append(l.ready, p) // queued is for this turn's list only
+		}
+		work[i] = nil
+	}
+	l.work = work[:0]
+	// More may be waiting (a full batch, pairs with bytes left): come back after the
+	// runtime has run what else is runnable, including its own network poller.
+	if n == len(l.events) || len(l.ready) > 0 || err != nil {
+		l.kick()
+	}
+}
+
+// Pair is one relayed connection.
+type Pair struct {
+	l    *loop
+	slot int32
+	gen  uint32
+	fd   [2]int // A, B
+	opts Options
+	done func(Result)
+
+	lastActive atomic.Int64 // unix nanoseconds of the last byte moved (with IdleTimeout)
+
+	mu      sync.Mutex // guards closed, stopped and what Stop records
+	closed  bool       // the loop has ended the pair
+	stopped bool
+	stopOut string
+	stopErr error
+
+	// Owned by the loop goroutine.
+	queued   bool
+	finished bool
+	checkTLS bool
+	readable [2]bool
+	writable [2]bool
+	sticky   [2]bool // error or hang-up seen: never assume the socket drained
+	rdhup    [2]bool // the peer's FIN is in: read until EOF
+	d        [2]direction
+}
+
+// direction is one way of a pair: d[0] reads A and writes B, d[1] reads B and writes A.
+type direction struct {
+	buf       *[]byte // bytes buf[off:end] wait for the destination
+	off, end  int
+	pipe      *pipe // bulk mode: splice through this pipe
+	inPipe    int   // bytes in pipe waiting for the destination
+	eof, shut bool  // source at EOF; the EOF was passed on
+	n         int64 // bytes written to the destination
+}
+
+func (d *direction) pending() bool { return d.end > d.off || d.inPipe > 0 }
+
+// Stop ends the pair soon with the given outcome (the first Stop wins). It does nothing
+// once the pair has ended.
+func (p *Pair) Stop(outcome string) { p.stopWith(nil, outcome) }
+
+func (p *Pair) stopWith(err error, outcome string) {
+	p.mu.Lock()
+	if p.closed || p.stopped {
+		p.mu.Unlock()
+		return
+	}
+	p.stopped, p.stopErr, p.stopOut = true, err, outcome
+	p.mu.Unlock()
+	l := p.l
+	l.mu.Lock()
+	l.inbox = append(l.inbox, p)
+	l.mu.Unlock()
+	l.kick()
+}
+
+// note records what an event says about one side.
+func (p *Pair) note(side int, ev uint32) {
+	if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		p.sticky[side] = true
+	}
+	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
+		p.rdhup[side] = true
+	}
+	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		p.readable[side] = true
+	}
+	if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		p.writable[side] = true
+	}
+}
+
+// run moves what can be moved now. It returns true when a direction used its whole
+// budget and may have more.
+func (p *Pair) run() (more bool) {
+	if p.finished {
+		return false
+	}
+	p.mu.Lock()
+	stopped, out, serr := p.stopped, p.stopOut, p.stopErr
+	p.mu.Unlock()
+	if stopped {
+		p.finish(serr, out, 0)
+		return false
+	}
+	moved := 0
+	for i := range 2 {
+		m, left, err := p.pump(i)
+		if err != nil {
+			var nt notTLSError
+			if errors.As(err, &nt) {
+				p.finish(nil, OutcomeNotTLS, byte(nt))
+			} else {
+				p.finish(err, "", 0)
+			}
+			return false
+		}
+		moved += m
+		more = more || left
+	}
+	if moved > 0 && p.opts.IdleTimeout > 0 {
+		p.lastActive.Store(time.Now().UnixNano())
+	}
+	if p.d[0].shut && p.d[1].shut {
+		p.finish(nil, "", 0)
+		return false
+	}
+	return more
+}
+
+type notTLSError byte
+
+func (e notTLSError) Error() string { return fmt.Sprintf("first byte %#02x is not TLS", byte(e)) }
+
+// pump moves bytes of direction i until the source has nothing, the destination is full,
+// or the budget is spent (left true).
+func (p *Pair) pump(i int) (moved int, left bool, err error) {
+	d := &p.d[i]
+	src, dst := i, 1-i
+	for moved < turnBudget {
+		if d.pending() {
+			if !p.writable[dst] {
+				return moved, false, nil
+			}
+			m, err := d.flush(p.fd[dst])
+			moved += m
+			if err == unix.EAGAIN {
+				p.writable[dst] = false
+				return moved, false, nil
+			}
+			if err != nil {
+				return moved, false, os.NewSyscallError("write", err)
+			}
+			if d.pending() {
+				// A short write: the kernel marked the socket full and will send an edge
+				// when there is room.
+				if !p.sticky[dst] {
+					p.writable[dst] = false
+				}
+				return moved, false, nil
+			}
+			if d.buf != nil {
+				bufs.Put(d.buf)
+				d.buf = nil
+			}
+			continue
+		}
+		if d.eof {
+			if !d.shut {
+				d.shut = true
+				d.releasePipe()
+				// ENOTCONN when the destination is gone already: the other direction's read
+				// reports that.
+				unix.Shutdown(p.fd[dst], unix.SHUT_WR)
+			}
+			return moved, false, nil
+		}
+		if !p.readable[src] {
+			return moved, false, nil
+		}
+		if d.pipe != nil {
+			n, err := spliceRetry(p.fd[src], d.pipe.w, pipeSize)
+			switch {
+			case err == unix.EAGAIN:
+				p.readable[src] = false
+				d.releasePipe() // the burst is over; small reads go through buffers again
+				return moved, false, nil
+			case err != nil:
+				return moved, false, os.NewSyscallError("splice", err)
+			case n == 0:
+				d.eof = true
+			default:
+				d.inPipe = int(n)
+			}
+			continue
+		}
+		bp := bufs.Get().(*[]byte)
+		n, err := readRetry(p.fd[src], *bp)
+		if err != nil || n == 0 {
+			bufs.Put(bp)
+			if err == unix.EAGAIN {
+				p.readable[src] = false
+				return moved, false, nil
+			}
+			if err != nil {
+				return moved, false, os.NewSyscallError("read", err)
+			}
+			d.eof = true
+			continue
+		}
+		if i == 1 && p.checkTLS {
+			p.checkTLS = false
+			if b := (*bp)[0]; b != 0x16 && b != 0x15 {
+				bufs.Put(bp)
+				return moved, false, notTLSError(b)
+			}
+		}
+		d.buf, d.off, d.end = bp, 0, n
+		if n == len(*bp) {
+			// A full buffer: a burst. Splice the rest of it (without a pipe to be had, go on
+			// through buffers).
+			d.pipe = getPipe()
+		} else if !p.sticky[src] && !p.rdhup[src] {
+			// A short read took everything there was: new bytes bring a new edge. (After
+			// the peer's FIN, no edge would come for the EOF that follows the data.)
+			p.readable[src] = false
+		}
+	}
+	return moved, true, nil
+}
+
+// flush writes pending bytes to fd: the buffer first, then the pipe. Errors are bare
+// errnos.
+func (d *direction) flush(fd int) (int, error) {
+	if d.end > d.off {
+		n, err := writeRetry(fd, (*d.buf)[d.off:d.end])
+		if n > 0 {
+			d.off += n
+			d.n += int64(n)
+		}
+		if err != nil || d.end > d.off {
+			return max(n, 0), err
+		}
+		return n, nil
+	}
+	n, err := spliceRetry(d.pipe.r, fd, d.inPipe)
+	if n > 0 {
+		d.inPipe -= int(n)
+		d.n += n
+	}
+	return int(max(n, 0)), err
+}
+
+func (d *direction) releasePipe() {
+	if d.pipe == nil {
+		return
+	}
+	if d.inPipe == 0 {
+		putPipe(d.pipe)
+	} else {
+		d.pipe.close() // bytes are stuck in it
+	}
+	d.pipe, d.inPipe = nil, 0
+}
+
+// finish ends the pair and calls done. The sockets stay open (done closes them, which also
+// takes them out of the epoll set); their later events find the slot freed or reused with
+// another generation.
+func (p *Pair) finish(err error, outcome string, first byte) {
+	p.finished = true
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	for i := range p.d {
+		d := &p.d[i]
+		if d.buf != nil {
+			bufs.Put(d.buf)
+			d.buf = nil
+		}
+		d.releasePipe()
+	}
+	l := p.l
+	l.mu.Lock()
+	l.pairs[p.slot] = nil
+	l.free = append(l.free, p.slot)
+	l.mu.Unlock()
+	l.count.Add(-1)
+	if errors.Is(err, unix.EAGAIN) {
+		err = nil
+	}
+	p.done(Result{Bytes: [2]int64{p.d[0].n, p.d[1].n}, Err: err, Outcome: outcome, FirstByte: first})
+}
+
+func readRetry(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, b)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+func writeRetry(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Write(fd, b)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+func spliceRetry(from, to, n int) (int64, error) {
+	for {
+		m, err := unix.Splice(from, nil, to, nil, n, spliceFlags)
+		if err != unix.EINTR {
+			return m, err
+		}
+	}
+}
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
+
+type pipe struct{ r, w int }
+
+func (p *pipe) close() {
+	unix.Close(p.r)
+	unix.Close(p.w)
+}
+
+var pipes = struct {
+	sync.Mutex
+	free []*pipe
+}{}
+
+func getPipe() *pipe {
+	pipes.Lock()
+	if n := len(pipes.free); n > 0 {
+		p := pipes.free[n-1]
+		pipes.free = pipes.free[:n-1]
+		pipes.Unlock()
+		return p
+	}
+	pipes.Unlock()
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil
+	}
+	// A bigger pipe moves more per splice; the kernel may refuse (per-user pipe budget),
+	// which only makes splices smaller.
+	unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, pipeSize)
+	return &pipe{r: fds[0], w: fds[1]}
+}
+
+func putPipe(p *pipe) {
+	pipes.Lock()
+	if len(pipes.free) < maxIdlePipes {
+		pipes.free = append(pipes.free, p)
+		pipes.Unlock()
+		return
+	}
+	pipes.Unlock()
+	p.close()
+}
+
+// PooledPipes returns how many pipes wait in the pool for the next burst.
+func PooledPipes() int {
+	pipes.Lock()
+	defer pipes.Unlock()
+	return len(pipes.free)
+}

@@ -1,0 +1,324 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// tcpPair returns both ends of a loopback TCP connection: the dialed one and the accepted one.
+func tcpPair(t testing.TB, ln *net.TCPListener) (dialed, accepted *net.TCPConn) {
+	t.Helper()
+	ch := make(chan *net.TCPConn, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			ch <- nil
+			return
+		}
+		ch <- c
+	}()
+	d, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := <-ch
+	if a == nil {
+		t.Fatal("accept failed")
+	}
+	return d, a
+}
+
+func listen(t testing.TB) *net.TCPListener {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// fixture is a client, a backend, and the relay's two sockets between them, as a proxy has
+// them: A was accepted from the client, B dialed to the backend.
+type fixture struct {
+	client, backend *net.TCPConn
+	res             chan Result
+	pair            *Pair
+}
+
+func newRelay(t testing.TB, n int) *Relay {
+	t.Helper()
+	r, err := New(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func start(t testing.TB, r *Relay, ln *net.TCPListener, o Options) *fixture {
+	t.Helper()
+	client, a := tcpPair(t, ln)
+	b, backend := tcpPair(t, ln)
+	f := &fixture{client: client, backend: backend, res: make(chan Result, 1)}
+	t.Cleanup(func() { client.Close(); backend.Close() })
+	p, err := r.Start(a, b, o, func(res Result) {
+		a.Close()
+		b.Close()
+		f.res <- res
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.pair = p
+	return f
+}
+
+func (f *fixture) wait(t testing.TB, within time.Duration) Result {
+	t.Helper()
+	select {
+	case r := <-f.res:
+		return r
+	case <-time.After(within):
+		t.Fatalf("pair still running after %v", within)
+		return Result{}
+	}
+}
+
+// Small messages cross both ways, half-closes are passed on in order, and the counts add up.
+func TestEchoAndHalfClose(t *testing.T) {
+	r := newRelay(t, 2)
+	f := start(t, r, listen(t), Options{})
+	deadline := time.Now().Add(10 * time.Second)
+	f.client.SetDeadline(deadline)
+	f.backend.SetDeadline(deadline)
+	buf := make([]byte, 64)
+	for i := range 50 {
+		msg := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i)
+		if _, err := f.client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(f.backend, buf[:len(msg)]); err != nil || !bytes.Equal(buf[:len(msg)], msg) {
+			t.Fatalf("backend got %q, %v; want %q", buf[:len(msg)], err, msg)
+		}
+		if _, err := f.backend.Write(msg[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(f.client, buf[:1]); err != nil || buf[0] != msg[0] {
+			t.Fatalf("client got %q, %v", buf[:1], err)
+		}
+	}
+	// The client half-closes: the backend reads EOF and can still answer.
+	f.client.CloseWrite()
+	if n, err := f.backend.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("backend after the client's half-close: %d bytes, %v; want EOF", n, err)
+	}
+	f.backend.Write([]byte("last words"))
+	f.backend.CloseWrite()
+	got, err := io.ReadAll(f.client)
+	if err != nil || string(got) != "last words" {
+		t.Fatalf("client read %q, %v after the backend's half-close", got, err)
+	}
+	res := f.wait(t, 5*time.Second)
+	var want [2]int64
+	for i := range 50 {
+		want[0] += int64(1 + i)
+		want[1]++
+	}
+	want[1] += int64(len("last words"))
+	if res.Bytes != want || res.Err != nil || res.Outcome != "" {
+		t.Fatalf("result %+v, want bytes %v, no error, no outcome", res, want)
+	}
+}
+
+// Megabytes both ways at once take the splice path, arrive intact, and leave no pipe held.
+func TestBulkBothWays(t *testing.T) {
+	r := newRelay(t, 1)
+	f := start(t, r, listen(t), Options{})
+	const size = 16 << 20
+	up, down := make([]byte, size), make([]byte, size)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range up {
+		up[i], down[i] = byte(rng.Uint32()), byte(rng.Uint32())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	f.client.SetDeadline(deadline)
+	f.backend.SetDeadline(deadline)
+	var wg sync.WaitGroup
+	send := func(c *net.TCPConn, b []byte) {
+		defer wg.Done()
+		c.Write(b)
+		c.CloseWrite()
+	}
+	wg.Add(2)
+	go send(f.client, up)
+	go send(f.backend, down)
+	var gotUp, gotDown []byte
+	var errUp, errDown error
+	wg.Add(1)
+	go func() { defer wg.Done(); gotUp, errUp = io.ReadAll(f.backend) }()
+	gotDown, errDown = io.ReadAll(f.client)
+	wg.Wait()
+	if errUp != nil || errDown != nil {
+		t.Fatal(errUp, errDown)
+	}
+	if sha256.Sum256(gotUp) != sha256.Sum256(up) || sha256.Sum256(gotDown) != sha256.Sum256(down) {
+		t.Fatalf("got %d and %d bytes, not the %d sent each way", len(gotUp), len(gotDown), size)
+	}
+	res := f.wait(t, 5*time.Second)
+	if res.Bytes != [2]int64{size, size} || res.Err != nil {
+		t.Fatalf("result %+v", res)
+	}
+	if n := PooledPipes(); n > 2 {
+		// Both directions' pipes went back; more would mean pipes leak into the pool.
+		t.Fatalf("%d pipes in the pool after one pair", n)
+	}
+}
+
+// With ExpectTLS, a backend greeting that is not TLS never reaches the client.
+func TestExpectTLS(t *testing.T) {
+	r := newRelay(t, 1)
+	ln := listen(t)
+
+	f := start(t, r, ln, Options{ExpectTLS: true})
+	f.backend.Write([]byte("J\x00\x00\x00\x0a5.5.5-10.11.6-MariaDB"))
+	res := f.wait(t, 5*time.Second)
+	if res.Outcome != OutcomeNotTLS || res.FirstByte != 'J' || res.Bytes[1] != 0 {
+		t.Fatalf("result %+v, want %s with first byte 'J' and nothing forwarded", res, OutcomeNotTLS)
+	}
+	f.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(f.client); len(b) != 0 || err != nil {
+		t.Fatalf("client read %q, %v; want nothing", b, err)
+	}
+
+	// A TLS record (here an alert) goes through.
+	f = start(t, r, ln, Options{ExpectTLS: true})
+	alert := []byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28}
+	f.backend.Write(alert)
+	f.backend.Close()
+	f.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(f.client); !bytes.Equal(b, alert) || err != nil {
+		t.Fatalf("client read %x, %v; want the alert %x", b, err, alert)
+	}
+	f.client.Close()
+	if res := f.wait(t, 5*time.Second); res.Outcome != "" {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// Silence ends a pair after the idle timeout; traffic in either direction keeps it open.
+func TestIdleTimeout(t *testing.T) {
+	r := newRelay(t, 1)
+	f := start(t, r, listen(t), Options{IdleTimeout: 200 * time.Millisecond})
+	f.backend.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 1)
+	for range 6 {
+		time.Sleep(100 * time.Millisecond)
+		f.client.Write([]byte("x"))
+		if _, err := io.ReadFull(f.backend, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case res := <-f.res:
+		t.Fatalf("an active pair ended: %+v", res)
+	default:
+	}
+	t0 := time.Now()
+	res := f.wait(t, 3*time.Second)
+	if res.Outcome != OutcomeIdle {
+		t.Fatalf("result %+v, want %s", res, OutcomeIdle)
+	}
+	if d := time.Since(t0); d < 100*time.Millisecond {
+		t.Fatalf("ended %v after the last byte, before the timeout", d)
+	}
+}
+
+// Stop ends a pair at once, with the outcome it was given; a second Stop changes nothing.
+func TestStop(t *testing.T) {
+	r := newRelay(t, 1)
+	f := start(t, r, listen(t), Options{})
+	f.pair.Stop("drain")
+	f.pair.Stop("other")
+	if res := f.wait(t, 2*time.Second); res.Outcome != "drain" {
+		t.Fatalf("result %+v", res)
+	}
+	f.pair.Stop("after") // ended: nothing happens
+}
+
+// A reset on one side ends both, with the error.
+func TestReset(t *testing.T) {
+	r := newRelay(t, 1)
+	f := start(t, r, listen(t), Options{})
+	f.backend.SetLinger(0)
+	f.backend.Close()
+	res := f.wait(t, 5*time.Second)
+	if res.Err == nil {
+		t.Fatalf("result %+v, want an error", res)
+	}
+	f.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(f.client); err != nil && !errors.Is(err, net.ErrClosed) {
+		t.Logf("client: %v", err) // EOF or reset, either is fine
+	}
+}
+
+// Idle pairs cost no goroutine, and many pairs on few loops all make progress.
+func TestManyPairsNoGoroutines(t *testing.T) {
+	r := newRelay(t, 2)
+	ln := listen(t)
+	before := runtime.NumGoroutine()
+	const n = 300
+	fs := make([]*fixture, n)
+	for i := range fs {
+		fs[i] = start(t, r, ln, Options{})
+	}
+	time.Sleep(50 * time.Millisecond)
+	if g := runtime.NumGoroutine() - before; g > 5 {
+		t.Fatalf("%d idle pairs run %d goroutines", n, g)
+	}
+	if got := r.Pairs(); got != n {
+		t.Fatalf("Pairs() = %d, want %d", got, n)
+	}
+	msg := []byte("ping")
+	for _, f := range fs {
+		f.client.Write(msg)
+	}
+	buf := make([]byte, 4)
+	for _, f := range fs {
+		f.backend.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(f.backend, buf); err != nil || !bytes.Equal(buf, msg) {
+			t.Fatalf("%q, %v", buf, err)
+		}
+		f.client.Close()
+		f.backend.Close()
+	}
+	for _, f := range fs {
+		f.wait(t, 5*time.Second)
+	}
+	if got := r.Pairs(); got != 0 {
+		t.Fatalf("Pairs() = %d after all ended", got)
+	}
+}
+
+// BenchmarkRoundTrip is one 64-byte request and its answer through the relay.
+func BenchmarkRoundTrip(b *testing.B) {
+	r := newRelay(b, 1)
+	f := start(b, r, listen(b), Options{})
+	msg := make([]byte, 64)
+	buf := make([]byte, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		f.client.Write(msg)
+		io.ReadFull(f.backend, buf)
+		f.backend.Write(msg)
+		io.ReadFull(f.client, buf)
+	}
+}
