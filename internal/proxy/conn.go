@@ -70,10 +70,10 @@ type conn struct {
 	// goroutine (with the deep stack it grew while routing and dialing) exits instead of
 	// waiting. An idle connection then costs no goroutine at all.
 	async bool
-	// pair is the relay's hold on both sockets, from pipe until the relay's callback
-	// (guarded by backendMu, like relayDone).
-	pair      *relay.Pair
-	relayDone bool
+	// pair is the relay's hold on both sockets, from holdPair until the relay's callback
+	// (guarded by backendMu, like relayEnded).
+	pair       *relay.Pair
+	relayEnded bool
 	onEnd     []func()
 }
 
@@ -105,7 +105,7 @@ func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPCon
 
 	if port.Protocol == snapshot.ProtocolTCP {
 		c.negotiation = "tcp"
-		c.forward(port.TCP, nil)
+		c.forward(port.TCP, nil, nil)
 		return
 	}
 	if port.Protocol == snapshot.ProtocolHTTP {
@@ -188,9 +188,9 @@ func pick(r *snapshot.Route) *snapshot.Backend {
 	return r.Pick(rand.Int64N(r.TotalWeight))
 }
 
-// dial connects to an endpoint of b, starting at a random one and trying the next on
-// failure; endpoints that keep failing are skipped while others remain.
-func (c *conn) dial(b *snapshot.Backend) (*net.TCPConn, error) {
+// dial connects to an endpoint of b with one, starting at a random endpoint and trying the
+// next on failure; endpoints that keep failing are skipped while others remain.
+func (c *conn) dial(b *snapshot.Backend, one func(netip.AddrPort) error) error {
 	p := c.p
 	eps := b.Endpoints
 	n := len(eps)
@@ -204,12 +204,16 @@ func (c *conn) dial(b *snapshot.Backend) (*net.TCPConn, error) {
 			if (pass == 0 && ej) || (pass == 1 && !ej) {
 				continue
 			}
-			bc, err := c.dialOne(ep)
+			t := time.Now()
+			err := one(ep)
 			if err == nil {
+				p.dialOK.Observe(time.Since(t).Seconds())
+				p.health.succeeded(ep)
 				c.endpoint = ep.String()
 				c.endpointAddr = ep
-				return bc, nil
+				return nil
 			}
+			p.dialErr.Observe(time.Since(t).Seconds())
 			lastErr = err
 			if p.health.failed(ep, time.Now()) {
 				p.log.Warn("backend endpoint ejected", "backend", b.Name, "endpoint", ep.String(),
@@ -217,38 +221,35 @@ func (c *conn) dial(b *snapshot.Backend) (*net.TCPConn, error) {
 			}
 		}
 	}
-	return nil, lastErr
+	return lastErr
 }
 
-func (c *conn) dialOne(ep netip.AddrPort) (*net.TCPConn, error) {
-	t := time.Now()
+// dialGo connects with Go's dialer: for backends the proxy talks to itself before relaying
+// (PostgreSQL's SSLRequest exchange, terminated TLS).
+func (c *conn) dialGo(ep netip.AddrPort) error {
 	// The dialer carries the dial timeout itself; no per-connection context is needed.
 	nc, err := c.p.dialer.Dial("tcp", ep.String())
 	if err != nil {
-		c.p.dialErr.Observe(time.Since(t).Seconds())
-		return nil, err
+		return err
 	}
-	c.p.dialOK.Observe(time.Since(t).Seconds())
-	c.p.health.succeeded(ep)
-	return nc.(*net.TCPConn), nil
+	c.setBackend(nc.(*net.TCPConn))
+	return nil
 }
 
-// connectBackend picks and dials a backend of r, recording names for logs. It returns a
-// reject reason on failure.
-func (c *conn) connectBackend(r *snapshot.Route) (*net.TCPConn, string) {
+// connectBackend picks and dials a backend of r with one (dialGo, or the relay's dial),
+// recording names for logs. It returns a reject reason on failure.
+func (c *conn) connectBackend(r *snapshot.Route, one func(netip.AddrPort) error) string {
 	c.route = r.Name
 	b := pick(r)
 	if b == nil {
-		return nil, reasonNoBackend
+		return reasonNoBackend
 	}
 	c.backendName = b.Name
-	bc, err := c.dial(b)
-	if err != nil {
+	if err := c.dial(b, one); err != nil {
 		c.p.log.Warn("backend unreachable", "route", r.Name, "backend", b.Name, "error", err)
-		return nil, reasonDialFailed
+		return reasonDialFailed
 	}
-	c.setBackend(bc)
-	return bc, ""
+	return ""
 }
 
 func (c *conn) setBackend(bc *net.TCPConn) {
@@ -257,42 +258,82 @@ func (c *conn) setBackend(bc *net.TCPConn) {
 	c.backendMu.Unlock()
 }
 
-// forward connects l's route (or r) to a backend, writes the bytes already read, and splices
-// both ways.
-func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface ...[]byte) {
+// forward connects l's route (or r) to a backend, has preface (the bytes already read)
+// written to it first, and relays both ways.
+func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface []byte) {
 	if r == nil {
 		r = l.Route
 	}
 	c.listener = l.Name
-	bc, reason := c.connectBackend(r)
+	rl, err := c.p.relay()
+	if err != nil {
+		c.p.log.Error("relay unavailable", "error", err)
+		c.p.reject(c.pl.addr, c.client, "relay_failed", c.sni, c.start, c.negotiation)
+		return
+	}
+	expectTLS := l.Mode == snapshot.ModePassthrough
+	if c.pgBridge {
+		c.forwardPG(rl, r, preface)
+		return
+	}
+	// The relay dials: the backend socket goes straight into its event loop.
+	var dialed *relay.Pair
+	reason := c.connectBackend(r, func(ep netip.AddrPort) error {
+		var err error
+		dialed, err = rl.Dial(ep, relay.DialOptions{Timeout: c.p.opts.DialTimeout, KeepAlive: c.p.opts.KeepAlive})
+		return err
+	})
 	if reason != "" {
 		c.p.reject(c.pl.addr, c.client, reason, c.sni, c.start, c.negotiation)
 		return
 	}
-	if c.pgBridge {
-		if err := c.pgSSLExchange(bc); err != nil {
-			c.p.log.Warn("postgres backend refused TLS", "route", r.Name, "endpoint", c.endpoint, "error", err)
-			c.finish(reasonBackendNoTLS)
-			return
-		}
-		if ip, ok := netipAddr(c.client.RemoteAddr()); ok {
-			ep := c.endpointAddr
-			c.pl.pg.add(ip, ep)
-			c.onEnd = append(c.onEnd, func() { c.pl.pg.remove(ip, ep) })
-		}
+	c.async = true // from here on, the relay's callback ends the connection
+	err = dialed.Attach(c.client, preface, c.relayOptions(expectTLS), c.relayDone)
+	c.releaseHello() // Attach copied the preface
+	if err != nil {
+		c.async = false
+		c.p.log.Error("relay refused a connection", "error", err)
+		c.finish("relay_failed")
+		return
 	}
-	for _, b := range preface {
-		if len(b) == 0 {
-			continue
-		}
-		if _, err := bc.Write(b); err != nil {
+	c.holdPair(dialed)
+}
+
+// forwardPG is forward for PostgreSQL's SSLRequest bridge: the proxy does the SSLRequest
+// exchange with the backend itself before the relay takes over.
+func (c *conn) forwardPG(rl *relay.Relay, r *snapshot.Route, preface []byte) {
+	if reason := c.connectBackend(r, c.dialGo); reason != "" {
+		c.p.reject(c.pl.addr, c.client, reason, c.sni, c.start, c.negotiation)
+		return
+	}
+	bc := c.backend
+	if err := c.pgSSLExchange(bc); err != nil {
+		c.p.log.Warn("postgres backend refused TLS", "route", r.Name, "endpoint", c.endpoint, "error", err)
+		c.finish(reasonBackendNoTLS)
+		return
+	}
+	if ip, ok := netipAddr(c.client.RemoteAddr()); ok {
+		ep := c.endpointAddr
+		c.pl.pg.add(ip, ep)
+		c.onEnd = append(c.onEnd, func() { c.pl.pg.remove(ip, ep) })
+	}
+	if len(preface) > 0 {
+		if _, err := bc.Write(preface); err != nil {
 			c.finish("backend_write_failed")
 			return
 		}
-		c.in += int64(len(b))
+		c.in += int64(len(preface))
 	}
 	c.releaseHello()
-	c.pipe(c.client, bc, l.Mode == snapshot.ModePassthrough)
+	c.async = true // from here on, the relay's callback ends the connection
+	pr, err := rl.Start(c.client, bc, c.relayOptions(true), c.relayDone)
+	if err != nil {
+		c.async = false
+		c.p.log.Error("relay refused a connection", "error", err)
+		c.finish("relay_failed")
+		return
+	}
+	c.holdPair(pr)
 }
 
 // terminate completes the TLS handshake with the listener's certificate, replaying the
@@ -316,7 +357,7 @@ func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) 
 	}
 	c.client.SetDeadline(time.Time{})
 	c.releaseHello()
-	bc, reason := c.connectBackend(r)
+	reason := c.connectBackend(r, c.dialGo)
 	if reason != "" {
 		// The handshake is done: closing is all that is left. No application data was sent.
 		tc.Close()
@@ -324,7 +365,7 @@ func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) 
 		c.finish(reason)
 		return
 	}
-	c.pipeTLS(tc, bc)
+	c.pipeTLS(tc, c.backend)
 	c.finish("ok")
 }
 
@@ -362,56 +403,47 @@ func (c *conn) closeAll() {
 	}
 }
 
-// pipe hands both raw TCP connections to the proxy's relay (package relay: event loops,
-// no goroutine per idle connection), which copies both ways, passes a clean EOF on as a
-// half-close and ends both sides on an error. The access log line and metrics are written
-// when the relay is done.
-//
-// With expectTLS, the backend's first bytes are checked before anything reaches the client:
-// a backend that does not answer a ClientHello with a TLS record (a MySQL or MariaDB greeting,
-// a plaintext server) is reported instead of handing the client bytes it cannot parse.
-func (c *conn) pipe(client, backend *net.TCPConn, expectTLS bool) {
-	r, err := c.p.relay()
-	if err != nil {
-		c.p.log.Error("relay unavailable", "error", err)
-		c.finish("relay_failed")
-		return
-	}
-	c.async = true // from here on, the relay's callback ends the connection
-	pr, err := r.Start(client, backend, relay.Options{IdleTimeout: c.p.opts.IdleTimeout, ExpectTLS: expectTLS},
-		func(res relay.Result) {
-			c.backendMu.Lock()
-			c.pair, c.relayDone = nil, true
-			c.backendMu.Unlock()
-			c.in += res.Bytes[0]
-			c.out += res.Bytes[1]
-			outcome := "ok"
-			switch res.Outcome {
-			case relay.OutcomeNotTLS:
-				outcome = reasonBackendNotTLS
-				c.p.log.Warn("backend did not answer with TLS; a server-speaks-first protocol (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose it on a TCP listener with a TCPRoute",
-					"route", c.route, "backend", c.backendName, "endpoint", c.endpoint, "firstByte", quoteByte(res.FirstByte))
-			case "":
-			default:
-				outcome = res.Outcome
-			}
-			if res.Err != nil {
-				c.p.log.Debug("relay ended on an error", "sni", c.sni, "route", c.route, "error", res.Err)
-			}
-			c.finish(outcome)
-			c.end()
-		})
-	if err != nil {
-		c.async = false
-		c.p.log.Error("relay refused a connection", "error", err)
-		c.finish("relay_failed")
-		return
-	}
+func (c *conn) relayOptions(expectTLS bool) relay.Options {
+	// With expectTLS, the backend's first bytes are checked before anything reaches the
+	// client: a backend that does not answer a ClientHello with a TLS record (a MySQL or
+	// MariaDB greeting, a plaintext server) is reported instead of handing the client bytes
+	// it cannot parse.
+	return relay.Options{IdleTimeout: c.p.opts.IdleTimeout, ExpectTLS: expectTLS}
+}
+
+// holdPair records the relay's hold on the connection, so that closeAll asks the relay to
+// end it, unless the relay has ended it already.
+func (c *conn) holdPair(pr *relay.Pair) {
 	c.backendMu.Lock()
-	if !c.relayDone {
+	if !c.relayEnded {
 		c.pair = pr
 	}
 	c.backendMu.Unlock()
+}
+
+// relayDone is the relay's callback, on one of its loops: the connection has ended both
+// ways. It writes the access log line and metrics.
+func (c *conn) relayDone(res relay.Result) {
+	c.backendMu.Lock()
+	c.pair, c.relayEnded = nil, true
+	c.backendMu.Unlock()
+	c.in += res.Bytes[0]
+	c.out += res.Bytes[1]
+	outcome := "ok"
+	switch res.Outcome {
+	case relay.OutcomeNotTLS:
+		outcome = reasonBackendNotTLS
+		c.p.log.Warn("backend did not answer with TLS; a server-speaks-first protocol (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose it on a TCP listener with a TCPRoute",
+			"route", c.route, "backend", c.backendName, "endpoint", c.endpoint, "firstByte", quoteByte(res.FirstByte))
+	case "":
+	default:
+		outcome = res.Outcome
+	}
+	if res.Err != nil {
+		c.p.log.Debug("relay ended on an error", "sni", c.sni, "route", c.route, "error", res.Err)
+	}
+	c.finish(outcome)
+	c.end()
 }
 
 // endHalf returns what to do when one direction's copy toward dst ends: count its bytes,

@@ -199,13 +199,13 @@ func (c *conn) forwardCancel(packet []byte) {
 		return
 	}
 	for _, ep := range eps {
-		bc, err := c.dialOne(ep)
+		nc, err := c.p.dialer.Dial("tcp", ep.String())
 		if err != nil {
 			c.p.log.Warn("postgres cancel: backend unreachable", "endpoint", ep.String(), "error", err)
 			continue
 		}
-		bc.Write(packet)
-		bc.Close()
+		nc.Write(packet)
+		nc.Close()
 	}
 	c.client.Close()
 	c.p.m.Connections.WithLabelValues(c.pl.addr, "", "", c.negotiation, reasonPGCancelRelay).Inc()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -131,12 +132,30 @@ func (r *Relay) Start(a, b *net.TCPConn, o Options, done func(Result)) (*Pair, e
 	if err != nil {
 		return nil, err
 	}
-	l := r.loops[r.next.Add(1)%uint32(len(r.loops))]
-	p := &Pair{l: l, fd: [2]int{fa, fb}, opts: o, done: done, checkTLS: o.ExpectTLS}
-	if o.IdleTimeout > 0 {
-		p.lastActive.Store(time.Now().UnixNano())
-		r.watchIdle(o.IdleTimeout)
+	p := r.newPair(fa, fb)
+	p.setup(o, done, nil)
+	p.started.Store(true)
+	p.publish()
+	if err := p.register(1); err != nil {
+		p.unpublish()
+		return nil, err
 	}
+	if err := p.register(0); err != nil {
+		// Side B is registered and may already be moving bytes: the loop ends the pair.
+		p.stopWith(err, "")
+	}
+	return p, nil
+}
+
+// newPair makes a pair for the fds on the next loop.
+func (r *Relay) newPair(fa, fb int) *Pair {
+	return &Pair{r: r, l: r.loops[r.next.Add(1)%uint32(len(r.loops))], fd: [2]int{fa, fb}}
+}
+
+// publish gives the pair a slot, where the loop finds it by its events. Fields set before
+// are visible to the loop (through l.mu); later ones must be published by started.
+func (p *Pair) publish() {
+	l := p.l
 	l.mu.Lock()
 	l.gen++
 	p.gen = l.gen
@@ -150,26 +169,142 @@ func (r *Relay) Start(a, b *net.TCPConn, o Options, done func(Result)) (*Pair, e
 	}
 	l.mu.Unlock()
 	l.count.Add(1)
+}
 
-	for side := range 2 {
-		ev := unix.EpollEvent{Events: sockEvents, Fd: p.slot<<1 | int32(side), Pad: int32(p.gen)}
-		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, p.fd[side], &ev); err != nil {
-			err = os.NewSyscallError("epoll_ctl", err)
-			if side == 0 {
-				// Nothing can have reached the loop: undo quietly.
-				l.mu.Lock()
-				l.pairs[p.slot] = nil
-				l.free = append(l.free, p.slot)
-				l.mu.Unlock()
-				l.count.Add(-1)
-				return nil, err
-			}
-			// Side A is registered and may already be moving bytes: the loop ends the pair.
-			p.stopWith(err, "")
+func (p *Pair) setup(o Options, done func(Result), preface []byte) {
+	p.opts, p.done, p.checkTLS = o, done, o.ExpectTLS
+	if o.IdleTimeout > 0 {
+		p.lastActive.Store(time.Now().UnixNano())
+		p.r.watch(o.IdleTimeout)
+	}
+	if len(preface) > 0 {
+		// Bytes already read from A go to B first, written by the loop like any others.
+		var bp *[]byte
+		if len(preface) <= bufSize {
+			bp = bufs.Get().(*[]byte)
+		} else {
+			b := make([]byte, len(preface))
+			bp = &b
 		}
+		p.d[0].buf, p.d[0].off, p.d[0].end = bp, 0, copy(*bp, preface)
+	}
+}
+
+func (p *Pair) register(side int) error {
+	ev := unix.EpollEvent{Events: sockEvents, Fd: p.slot<<1 | int32(side), Pad: int32(p.gen)}
+	if err := unix.EpollCtl(p.l.epfd, unix.EPOLL_CTL_ADD, p.fd[side], &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+// unpublish frees the slot of a pair the loop cannot have seen.
+func (p *Pair) unpublish() {
+	l := p.l
+	l.mu.Lock()
+	l.pairs[p.slot] = nil
+	l.free = append(l.free, p.slot)
+	l.mu.Unlock()
+	l.count.Add(-1)
+}
+
+// ErrDialTimeout is the error of a Dial that did not connect within its timeout.
+var ErrDialTimeout = errors.New("connect timed out")
+
+// DialOptions tune Dial.
+type DialOptions struct {
+	// Timeout bounds the connect (required); it is enforced within a quarter of itself.
+	Timeout time.Duration
+	// KeepAlive is the TCP keepalive idle time; negative: none.
+	KeepAlive time.Duration
+}
+
+// Dial connects a new socket to ep from one of the loops and returns the pair that will relay
+// it as side B: call Attach to start relaying, or Abandon to close it. Why not net.Dial: the
+// socket is put in the loop's epoll set once, for the connect and the relay both, and never
+// in Go's poller, which saves four system calls per connection (Go's registration and
+// removal, getsockname, getpeername) and the net.Conn bookkeeping an idle connection keeps.
+func (r *Relay) Dial(ep netip.AddrPort, o DialOptions) (*Pair, error) {
+	family := unix.AF_INET
+	var sa unix.Sockaddr
+	if ep.Addr().Is4() {
+		sa = &unix.SockaddrInet4{Port: int(ep.Port()), Addr: ep.Addr().As4()}
+	} else {
+		family = unix.AF_INET6
+		sa = &unix.SockaddrInet6{Port: int(ep.Port()), Addr: ep.Addr().As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	if err := setDialSockopts(fd, o.KeepAlive); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	switch err := unix.Connect(fd, sa); err {
+	case nil, unix.EINPROGRESS:
+	default:
+		unix.Close(fd)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ep), Err: os.NewSyscallError("connect", err)}
+	}
+	p := r.newPair(-1, fd)
+	p.ownsB = true
+	p.dialing = true
+	p.ep = ep
+	p.dialed = make(chan error, 1)
+	p.dialDeadline.Store(time.Now().Add(o.Timeout).UnixNano())
+	p.publish()
+	r.watch(o.Timeout)
+	if err := p.register(1); err != nil {
+		p.unpublish()
+		unix.Close(fd)
+		return nil, err
+	}
+	// The loop reports the connect's outcome when the socket turns writable (or fails).
+	if err := <-p.dialed; err != nil {
+		return nil, err
 	}
 	return p, nil
 }
+
+// setDialSockopts sets what a relayed backend socket needs: no Nagle delay (the relay
+// forwards what it reads as it reads it) and keepalive with the given idle time.
+func setDialSockopts(fd int, keepAlive time.Duration) error {
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+		return os.NewSyscallError("setsockopt", err)
+	}
+	if keepAlive < 0 {
+		return nil
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1); err != nil {
+		return os.NewSyscallError("setsockopt", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, max(int(keepAlive/time.Second), 1)); err != nil {
+		return os.NewSyscallError("setsockopt", err)
+	}
+	return nil
+}
+
+// Attach starts relaying between a (side A) and the backend this pair dialed, writing
+// preface (bytes already read from a) to the backend first. Like Start, done is called once
+// when both directions have ended; the relay closes the backend socket itself, done closes a.
+func (p *Pair) Attach(a *net.TCPConn, preface []byte, o Options, done func(Result)) error {
+	fa, err := fdOf(a)
+	if err != nil {
+		p.Abandon()
+		return err
+	}
+	p.fd[0] = fa
+	p.setup(o, done, preface)
+	p.started.Store(true) // publishes the fields above to the loop
+	if err := p.register(0); err != nil {
+		p.stopWith(err, "")
+	}
+	return nil
+}
+
+// Abandon closes a dialed backend that will not be attached.
+func (p *Pair) Abandon() { p.stopWith(nil, OutcomeShutdown) }
 
 func fdOf(c *net.TCPConn) (int, error) {
 	rc, err := c.SyscallConn()
@@ -183,9 +318,9 @@ func fdOf(c *net.TCPConn) (int, error) {
 	return fd, nil
 }
 
-// watchIdle makes sure the idle sweeper runs often enough for a timeout of d: four checks
-// per timeout, so a pair ends between d and 1.25 d after its last byte.
-func (r *Relay) watchIdle(d time.Duration) {
+// watch makes sure the sweeper runs often enough for a timeout of d (idle or dial): four
+// checks per timeout, so a pair ends between d and 1.25 d after its last byte.
+func (r *Relay) watch(d time.Duration) {
 	each := min(max(d/4, 5*time.Millisecond), time.Second)
 	r.sweepMu.Lock()
 	defer r.sweepMu.Unlock()
@@ -209,7 +344,7 @@ func (r *Relay) sweep() {
 	t := time.NewTicker(r.sweepEach)
 	r.sweepMu.Unlock()
 	defer t.Stop()
-	var idle []*Pair
+	var idle, timedOut []*Pair
 	for {
 		select {
 		case <-r.stop:
@@ -226,7 +361,12 @@ func (r *Relay) sweep() {
 			idle = idle[:0]
 			l.mu.Lock()
 			for _, p := range l.pairs {
-				if p != nil && p.opts.IdleTimeout > 0 && now-p.lastActive.Load() >= int64(p.opts.IdleTimeout) {
+				if p == nil {
+					continue
+				}
+				if dl := p.dialDeadline.Load(); dl != 0 && now >= dl {
+					timedOut = append(timedOut, p)
+				} else if p.started.Load() && p.opts.IdleTimeout > 0 && now-p.lastActive.Load() >= int64(p.opts.IdleTimeout) {
 					idle = append(idle, p)
 				}
 			}
@@ -234,6 +374,12 @@ func (r *Relay) sweep() {
 			for _, p := range idle {
 				p.Stop(OutcomeIdle)
 			}
+			for _, p := range timedOut {
+				// A flag, not Stop: should the connect succeed meanwhile, the pair lives on.
+				p.dialTimedOut.Store(true)
+				p.poke()
+			}
+			timedOut = timedOut[:0]
 		}
 	}
 }
@@ -339,6 +485,9 @@ func (l *loop) turn() {
 			continue // the pair ended earlier in this batch
 		}
 		p.note(int(ev.Fd&1), ev.Events)
+		if !p.started.Load() && !p.dialing {
+			continue // dialed, not attached yet: the readiness noted waits for Attach
+		}
 		if !p.queued {
 			p.queued = true
 			work = append(work, p)
@@ -377,6 +526,7 @@ func (l *loop) turn() {
 
 // Pair is one relayed connection.
 type Pair struct {
+	r    *Relay
 	l    *loop
 	slot int32
 	gen  uint32
@@ -385,6 +535,15 @@ type Pair struct {
 	done func(Result)
 
 	lastActive atomic.Int64 // unix nanoseconds of the last byte moved (with IdleTimeout)
+	// started is set once both sides are known (Start, Attach); it publishes opts, done,
+	// fd[0] and the preface to the loop.
+	started atomic.Bool
+	// dialDeadline is when a Dial gives up (unix nanoseconds); 0 once it is over.
+	dialDeadline atomic.Int64
+	dialTimedOut atomic.Bool
+	dialed       chan error // Dial's outcome, sent once by the loop
+	ep           netip.AddrPort
+	ownsB        bool // B was made by Dial: the relay closes it
 
 	mu      sync.Mutex // guards closed, stopped and what Stop records
 	closed  bool       // the loop has ended the pair
@@ -392,7 +551,8 @@ type Pair struct {
 	stopOut string
 	stopErr error
 
-	// Owned by the loop goroutine.
+	// Owned by the loop goroutine (dialing is set before the socket is registered).
+	dialing  bool
 	queued   bool
 	finished bool
 	checkTLS bool
@@ -427,6 +587,11 @@ func (p *Pair) stopWith(err error, outcome string) {
 	}
 	p.stopped, p.stopErr, p.stopOut = true, err, outcome
 	p.mu.Unlock()
+	p.poke()
+}
+
+// poke makes the loop run the pair soon.
+func (p *Pair) poke() {
 	l := p.l
 	l.mu.Lock()
 	l.inbox = append(l.inbox, p)
@@ -459,9 +624,16 @@ func (p *Pair) run() (more bool) {
 	p.mu.Lock()
 	stopped, out, serr := p.stopped, p.stopOut, p.stopErr
 	p.mu.Unlock()
+	if p.dialing {
+		p.dial(stopped)
+		return false
+	}
 	if stopped {
 		p.finish(serr, out, 0)
 		return false
+	}
+	if !p.started.Load() {
+		return false // dialed, not attached yet
 	}
 	moved := 0
 	for i := range 2 {
@@ -487,6 +659,38 @@ func (p *Pair) run() (more bool) {
 	}
 	return more
 }
+
+// dial moves a connect on: it reports the outcome once the socket is writable or failed,
+// or the timeout once the sweeper flagged it.
+func (p *Pair) dial(stopped bool) {
+	var err error
+	switch {
+	case stopped:
+		err = errAbandoned
+	case p.dialTimedOut.Load():
+		err = ErrDialTimeout
+	case p.writable[1] || p.sticky[1]:
+		soerr, gerr := unix.GetsockoptInt(p.fd[1], unix.SOL_SOCKET, unix.SO_ERROR)
+		switch {
+		case gerr != nil:
+			err = os.NewSyscallError("getsockopt", gerr)
+		case soerr != 0:
+			err = os.NewSyscallError("connect", syscall.Errno(soerr))
+		default:
+			p.dialing = false
+			p.dialDeadline.Store(0)
+			p.dialed <- nil
+			return
+		}
+	default:
+		return // not connected yet
+	}
+	p.dialing = false
+	p.finish(nil, "", 0) // closes the socket; no done callback before Attach
+	p.dialed <- &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(p.ep), Err: err}
+}
+
+var errAbandoned = errors.New("dial abandoned")
 
 type notTLSError byte
 
@@ -645,6 +849,12 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 	l.free = append(l.free, p.slot)
 	l.mu.Unlock()
 	l.count.Add(-1)
+	if p.ownsB {
+		unix.Close(p.fd[1]) // also takes it out of the epoll set
+	}
+	if p.done == nil {
+		return // a dial that failed or was abandoned
+	}
 	if errors.Is(err, unix.EAGAIN) {
 		err = nil
 	}

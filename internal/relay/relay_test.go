@@ -7,8 +7,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -320,5 +322,109 @@ func BenchmarkRoundTrip(b *testing.B) {
 		io.ReadFull(f.backend, buf)
 		f.backend.Write(msg)
 		io.ReadFull(f.client, buf)
+	}
+}
+
+// Dial connects from a loop; Attach relays with the preface written first, and the relay
+// closes the socket it made.
+func TestDialAttach(t *testing.T) {
+	r := newRelay(t, 1)
+	ln := listen(t)
+	ap := ln.Addr().(*net.TCPAddr).AddrPort()
+	accepted := make(chan *net.TCPConn, 1)
+	go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
+	p, err := r.Dial(ap, DialOptions{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := <-accepted
+	defer backend.Close()
+	client, a := tcpPair(t, ln)
+	defer client.Close()
+	res := make(chan Result, 1)
+	if err := p.Attach(a, []byte("hello "), Options{}, func(x Result) { a.Close(); res <- x }); err != nil {
+		t.Fatal(err)
+	}
+	client.Write([]byte("world"))
+	client.CloseWrite()
+	backend.SetDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(backend)
+	if err != nil || string(got) != "hello world" {
+		t.Fatalf("backend got %q, %v", got, err)
+	}
+	backend.Write([]byte("bye"))
+	backend.CloseWrite()
+	client.SetDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(client); err != nil || string(got) != "bye" {
+		t.Fatalf("client got %q, %v", got, err)
+	}
+	x := <-res
+	if x.Bytes != [2]int64{11, 3} || x.Err != nil {
+		t.Fatalf("result %+v", x)
+	}
+	if r.Pairs() != 0 {
+		t.Fatalf("%d pairs left", r.Pairs())
+	}
+}
+
+// A refused connect and a connect that never completes are errors; an abandoned dial closes
+// its socket.
+func TestDialFailures(t *testing.T) {
+	r := newRelay(t, 1)
+	ln := listen(t)
+	dead := ln.Addr().(*net.TCPAddr).AddrPort()
+	ln.Close()
+	if _, err := r.Dial(dead, DialOptions{Timeout: 5 * time.Second}); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial of a closed port: %v, want connection refused", err)
+	}
+
+	// A listener whose accept queue is full drops SYNs: the connect hangs until the timeout.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := syscall.Getsockname(fd)
+	full := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*syscall.SockaddrInet4).Port))
+	for range 3 {
+		if c, err := net.DialTimeout("tcp", full.String(), 200*time.Millisecond); err == nil {
+			defer c.Close()
+		}
+	}
+	t0 := time.Now()
+	_, err = r.Dial(full, DialOptions{Timeout: 200 * time.Millisecond})
+	if !errors.Is(err, ErrDialTimeout) {
+		t.Fatalf("dial to a full accept queue: %v after %v, want a timeout", err, time.Since(t0))
+	}
+	if d := time.Since(t0); d < 150*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("timed out after %v, want about 200ms", d)
+	}
+
+	ln = listen(t)
+	accepted := make(chan *net.TCPConn, 1)
+	go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
+	p, err := r.Dial(ln.Addr().(*net.TCPAddr).AddrPort(), DialOptions{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := <-accepted
+	defer backend.Close()
+	p.Abandon()
+	backend.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := backend.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("abandoned dial: backend read %d, %v; want EOF", n, err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for r.Pairs() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r.Pairs() != 0 {
+		t.Fatalf("%d pairs left", r.Pairs())
 	}
 }
