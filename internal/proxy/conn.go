@@ -74,7 +74,7 @@ type conn struct {
 	// (guarded by backendMu, like relayEnded).
 	pair       *relay.Pair
 	relayEnded bool
-	onEnd     []func()
+	onEnd      []func()
 }
 
 // end releases what the connection held in the proxy's books; it runs exactly once.
