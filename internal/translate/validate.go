@@ -143,7 +143,7 @@ func validate(in *resources.Resources) []error {
 			field := fmt.Sprintf("spec.from[%d]", i)
 			v.pattern(field+".group", string(f.Group), groupRE.MatchString(string(f.Group)), "group")
 			v.kindField(field+".kind", string(f.Kind))
-			v.pattern(field+".namespace", string(f.Namespace), namespaceRE.MatchString(string(f.Namespace)), "namespace")
+			v.pattern(field+".namespace", string(f.Namespace), isLabel(string(f.Namespace)), "namespace")
 		}
 		for i, to := range g.Spec.To {
 			field := fmt.Sprintf("spec.to[%d]", i)
@@ -194,7 +194,7 @@ func (v *validator) gateway(g *gwv1.Gateway) {
 		switch {
 		case l.Name == "":
 			v.errorf(f+".name", "required")
-		case !sectionNameRE.MatchString(string(l.Name)) || len(l.Name) > 253:
+		case !isSubdomain(string(l.Name)) || len(l.Name) > 253:
 			v.errorf(f+".name", "%q is not a valid listener name (lower-case RFC 1123 subdomain)", l.Name)
 		default:
 			if j, dup := names[l.Name]; dup {
@@ -316,7 +316,7 @@ func (v *validator) listenerTLS(f string, l *gwv1.Listener) {
 			v.errorf(rf+".name", "required")
 		}
 		if ref.Namespace != nil {
-			v.pattern(rf+".namespace", string(*ref.Namespace), namespaceRE.MatchString(string(*ref.Namespace)), "namespace")
+			v.pattern(rf+".namespace", string(*ref.Namespace), isLabel(string(*ref.Namespace)), "namespace")
 		}
 	}
 	v.items(tf+".options", len(l.TLS.Options), 0, 16)
@@ -344,10 +344,10 @@ func (v *validator) parentRefs(refs []gwv1.ParentReference) {
 			v.errorf(f+".name", "required")
 		}
 		if r.Namespace != nil {
-			v.pattern(f+".namespace", string(*r.Namespace), namespaceRE.MatchString(string(*r.Namespace)), "namespace")
+			v.pattern(f+".namespace", string(*r.Namespace), isLabel(string(*r.Namespace)), "namespace")
 		}
 		if r.SectionName != nil {
-			v.pattern(f+".sectionName", string(*r.SectionName), sectionNameRE.MatchString(string(*r.SectionName)), "section name")
+			v.pattern(f+".sectionName", string(*r.SectionName), isSubdomain(string(*r.SectionName)), "section name")
 		}
 		if r.Port != nil {
 			v.port(f+".port", *r.Port)
@@ -395,7 +395,7 @@ func (v *validator) backendRefItems(field string, refs []gwv1.BackendRef) {
 			v.kindField(f+".kind", kind)
 		}
 		if r.Namespace != nil {
-			v.pattern(f+".namespace", string(*r.Namespace), namespaceRE.MatchString(string(*r.Namespace)), "namespace")
+			v.pattern(f+".namespace", string(*r.Namespace), isLabel(string(*r.Namespace)), "namespace")
 		}
 		if r.Port == nil {
 			if group == "" && kind == kindService {
