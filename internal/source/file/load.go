@@ -52,6 +52,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -282,8 +283,9 @@ func convertAll(docs []document) []converted {
 	out := make([]converted, len(docs))
 	workers := min(runtime.GOMAXPROCS(0), len(docs)/64+1)
 	if workers <= 1 {
+		var last header
 		for i, d := range docs {
-			out[i] = convert(d.data)
+			out[i] = convert(d.data, &last)
 		}
 		return out
 	}
@@ -293,12 +295,13 @@ func convertAll(docs []document) []converted {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var last header
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(docs) {
 					return
 				}
-				out[i] = convert(docs[i].data)
+				out[i] = convert(docs[i].data, &last)
 			}
 		}()
 	}
@@ -309,10 +312,12 @@ func convertAll(docs []document) []converted {
 // convert takes the quick path for a document when it can: blockyaml's conversion and a
 // strict decode of one object that succeeds. Anything else (YAML blockyaml declines, a List,
 // any error) takes sigs.k8s.io/yaml and the careful path in loader.document, so that errors
-// read the same whichever path a document could have taken.
-func convert(doc []byte) converted {
+// read the same whichever path a document could have taken. last is the header of the
+// previous document the caller decoded quickly.
+func convert(doc []byte, last *header) converted {
 	if js, ok := blockyaml.ToJSON(doc); ok {
-		if d := decodeQuick(js); d != nil {
+		if d := decodeQuick(js, last); d != nil {
+			last.APIVersion, last.Kind = d.h.APIVersion, d.h.Kind
 			return converted{obj: d}
 		}
 	}
@@ -320,8 +325,23 @@ func convert(doc []byte) converted {
 	return converted{js: js, err: err}
 }
 
-// decodeQuick decodes a JSON object of a known kind strictly, or returns nil.
-func decodeQuick(js []byte) *decoded {
+// decodeQuick decodes a JSON object of a known kind strictly, or returns nil. Documents of a
+// file are mostly of one kind, so it first decodes into the type of the previous document
+// (last), which saves reading the header separately: that guess stands when the decode is
+// strict and the object's own apiVersion and kind are the guessed ones.
+func decodeQuick(js []byte, last *header) *decoded {
+	if last.Kind != "" {
+		obj, namespaced, _ := newObject(last.APIVersion, last.Kind)
+		if strict, err := kjson.UnmarshalStrict(js, obj); err == nil && len(strict) == 0 {
+			ro, m := obj.(kruntime.Object), obj.(metav1.Object)
+			if v, k := ro.GetObjectKind().GroupVersionKind().ToAPIVersionAndKind(); v == last.APIVersion && k == last.Kind && m.GetName() != "" {
+				d := &decoded{obj: obj, namespaced: namespaced}
+				d.h.APIVersion, d.h.Kind = v, k
+				d.h.Metadata.Name, d.h.Metadata.Namespace = m.GetName(), m.GetNamespace()
+				return d
+			}
+		}
+	}
 	var h header
 	if err := json.Unmarshal(js, &h); err != nil || h.APIVersion == "" || h.Kind == "" || h.Metadata.Name == "" {
 		return nil

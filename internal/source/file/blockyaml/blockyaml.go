@@ -38,7 +38,10 @@ func ToJSON(doc []byte) ([]byte, bool) {
 			return nil, false
 		}
 	}
-	p := parser{out: make([]byte, 0, len(doc)+len(doc)/4)}
+	p := parser{
+		lines: make([]line, 0, bytes.Count(doc, []byte("\n"))+1),
+		out:   make([]byte, 0, len(doc)+len(doc)/4),
+	}
 	for len(doc) > 0 {
 		var text []byte
 		if i := bytes.IndexByte(doc, '\n'); i >= 0 {
@@ -88,7 +91,8 @@ func isDash(text []byte) bool {
 // mapping reads a block mapping whose keys sit at column n.
 func (p *parser) mapping(n int) bool {
 	p.out = append(p.out, '{')
-	var keys [][]byte
+	var buf [16][]byte // most mappings have few keys: no allocation
+	keys := buf[:0]
 	for p.pos < len(p.lines) {
 		l := p.lines[p.pos]
 		if l.indent < n {
