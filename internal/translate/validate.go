@@ -94,7 +94,10 @@ func (v *validator) pattern(field, value string, ok bool, what string) {
 // validate checks what the CRDs' OpenAPI and CEL rules (and the API server for core objects)
 // would check. Objects of other controllers are checked too: in a cluster they could not
 // exist either.
-func validate(in *resources.Resources) []error {
+//
+// Routes found valid before (memo) are not checked again: objects never change, and a route's
+// checks look at the route alone.
+func validate(in *resources.Resources, memo *Memo) []error {
 	v := &validator{in: in}
 	for _, c := range byName(in.GatewayClasses) {
 		v.object("GatewayClass", "", c.Name)
@@ -109,31 +112,23 @@ func validate(in *resources.Resources) []error {
 		v.object(kindGateway, g.Namespace, g.Name)
 		v.gateway(g)
 	}
-	for _, r := range byName(in.TLSRoutes) {
+	for _, r := range byName(unvalidated(in.TLSRoutes, memo)) {
+		n := len(v.errs)
 		v.object(kindTLSRoute, r.Namespace, r.Name)
-		v.parentRefs(r.Spec.ParentRefs)
-		v.items("spec.hostnames", len(r.Spec.Hostnames), 1, 1024)
-		for i, h := range r.Spec.Hostnames {
-			if p := hostnameProblem(string(h), true); p != "" {
-				v.errorf(fmt.Sprintf("spec.hostnames[%d]", i), "%q %s", h, p)
-			}
-		}
-		v.items("spec.rules", len(r.Spec.Rules), 1, 1)
-		for i, rule := range r.Spec.Rules {
-			v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
-		}
+		v.tlsRoute(r)
+		memo.validated(r, len(v.errs) == n)
 	}
-	for _, r := range byName(in.TCPRoutes) {
+	for _, r := range byName(unvalidated(in.TCPRoutes, memo)) {
+		n := len(v.errs)
 		v.object(kindTCPRoute, r.Namespace, r.Name)
-		v.parentRefs(r.Spec.ParentRefs)
-		v.items("spec.rules", len(r.Spec.Rules), 1, 1)
-		for i, rule := range r.Spec.Rules {
-			v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
-		}
+		v.tcpRoute(r)
+		memo.validated(r, len(v.errs) == n)
 	}
-	for _, r := range byName(in.HTTPRoutes) {
+	for _, r := range byName(unvalidated(in.HTTPRoutes, memo)) {
+		n := len(v.errs)
 		v.object(kindHTTPRoute, r.Namespace, r.Name)
 		v.httpRoute(r)
+		memo.validated(r, len(v.errs) == n)
 	}
 	for _, g := range byName(in.ReferenceGrants) {
 		v.object("ReferenceGrant", g.Namespace, g.Name)
@@ -164,6 +159,28 @@ func byName[T interface {
 		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
 	})
 	return objs
+}
+
+func (v *validator) tlsRoute(r *gwv1.TLSRoute) {
+	v.parentRefs(r.Spec.ParentRefs)
+	v.items("spec.hostnames", len(r.Spec.Hostnames), 1, 1024)
+	for i, h := range r.Spec.Hostnames {
+		if p := hostnameProblem(string(h), true); p != "" {
+			v.errorf(fmt.Sprintf("spec.hostnames[%d]", i), "%q %s", h, p)
+		}
+	}
+	v.items("spec.rules", len(r.Spec.Rules), 1, 1)
+	for i, rule := range r.Spec.Rules {
+		v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
+	}
+}
+
+func (v *validator) tcpRoute(r *gwv1.TCPRoute) {
+	v.parentRefs(r.Spec.ParentRefs)
+	v.items("spec.rules", len(r.Spec.Rules), 1, 1)
+	for i, rule := range r.Spec.Rules {
+		v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
+	}
 }
 
 func (v *validator) kindField(field, kind string) {
