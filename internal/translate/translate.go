@@ -744,6 +744,19 @@ func (l *listener) snapshotListener() *snapshot.Listener {
 		l.snap = sl
 		return sl
 	}
+	if l.routeKind == kindTLSRoute {
+		var exact, wild int
+		for _, a := range l.attached {
+			for _, h := range a.hostnames {
+				if isWildcard(h) {
+					wild++
+				} else {
+					exact++
+				}
+			}
+		}
+		sl.Routes.Reserve(exact, wild)
+	}
 	for _, a := range l.attached {
 		if l.routeKind == kindTCPRoute {
 			if sl.Route == nil {
