@@ -18,9 +18,9 @@ func TestFileCache(t *testing.T) {
 		}
 	}
 	cached := func(f string) bool {
-		files.mu.Lock()
-		defer files.mu.Unlock()
-		_, ok := files.m[filepath.Join(dir, f)]
+		fileCache.mu.Lock()
+		defer fileCache.mu.Unlock()
+		_, ok := fileCache.m[filepath.Join(dir, f)]
 		return ok
 	}
 	write("a.yaml", svc("a"))
@@ -45,6 +45,14 @@ func TestFileCache(t *testing.T) {
 	}
 	if got := res.Origins["Service/default/b2"]; got != filepath.Join(dir, "b.yaml")+"#1" {
 		t.Errorf("origin of the changed file's object: %q", got)
+	}
+	// Shorter content than before, read into the same buffer.
+	write("b.yaml", svc("b"))
+	if res, err = Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	if res.Services[1].Name != "b" {
+		t.Fatalf("service after the file shrank: %s", res.Services[1].Name)
 	}
 
 	// A file with an error is not cached: the next load reports the error again.

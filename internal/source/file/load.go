@@ -40,6 +40,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -84,7 +85,7 @@ func Load(paths ...string) (*resources.Resources, error) {
 			continue
 		}
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			data, err := fileCache.read(f)
 			if err != nil {
 				l.errs = append(l.errs, err)
 				continue
@@ -93,7 +94,7 @@ func Load(paths ...string) (*resources.Resources, error) {
 			l.file(f, data)
 		}
 	}
-	files.keep(read)
+	fileCache.keep(read)
 	if len(l.errs) > 0 {
 		return nil, errors.Join(l.errs...)
 	}
@@ -192,7 +193,7 @@ type object struct {
 
 func (l *loader) file(name string, data []byte) {
 	if l.cached {
-		if objs, ok := files.get(name, data); ok {
+		if objs, ok := fileCache.get(name, data); ok {
 			for i := range objs {
 				l.add(&objs[i])
 			}
@@ -213,7 +214,7 @@ func (l *loader) file(name string, data []byte) {
 	}
 	// Only a file without errors is cached, so a file with errors reports them again.
 	if l.cached && len(l.errs) == errs {
-		files.put(name, data, l.objs)
+		fileCache.put(name, data, l.objs)
 	}
 	l.objs = nil
 }
@@ -221,11 +222,14 @@ func (l *loader) file(name string, data []byte) {
 // files remembers the objects of each file with the content they came from, so that a
 // reload after one file changed decodes only that file: with 100 000 routes, decoding is
 // most of the time a reload takes (issue 6). Only the files of the latest Load are kept.
-var files = &fileCache{m: map[string]fileEntry{}}
+var fileCache = &filesCache{m: map[string]fileEntry{}}
 
-type fileCache struct {
+type filesCache struct {
 	mu sync.Mutex
 	m  map[string]fileEntry
+	// scratch is the buffer files are read into: an unchanged 6 MB file is compared with
+	// the cache without allocating 6 MB on every reload.
+	scratch []byte
 }
 
 type fileEntry struct {
@@ -233,8 +237,41 @@ type fileEntry struct {
 	objs []object
 }
 
+// read reads a file into the scratch buffer: the data is valid until the next read (put
+// stores a copy).
+func (c *filesCache) read(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	c.mu.Lock()
+	buf := c.scratch[:0]
+	c.mu.Unlock()
+	if st, err := f.Stat(); err == nil && int64(cap(buf)) <= st.Size() {
+		buf = make([]byte, 0, st.Size()+512) // the size may change while reading: one more byte tells EOF
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	c.scratch = buf
+	c.mu.Unlock()
+	return buf, nil
+}
+
 // get returns the objects of a file read before with the same content.
-func (c *fileCache) get(name string, data []byte) ([]object, bool) {
+func (c *filesCache) get(name string, data []byte) ([]object, bool) {
 	c.mu.Lock()
 	e, ok := c.m[name]
 	c.mu.Unlock()
@@ -244,14 +281,17 @@ func (c *fileCache) get(name string, data []byte) ([]object, bool) {
 	return e.objs, true
 }
 
-func (c *fileCache) put(name string, data []byte, objs []object) {
+func (c *filesCache) put(name string, data []byte, objs []object) {
 	c.mu.Lock()
+	if len(data) > 0 && len(c.scratch) > 0 && &c.scratch[0] == &data[0] {
+		data = bytes.Clone(data) // the scratch buffer stays for the next read
+	}
 	c.m[name] = fileEntry{data: data, objs: objs}
 	c.mu.Unlock()
 }
 
 // keep drops every file not in names.
-func (c *fileCache) keep(names map[string]bool) {
+func (c *filesCache) keep(names map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for n := range c.m {
