@@ -21,6 +21,7 @@ fuzz FuzzStdlib ./internal/clienthello/
 fuzz FuzzClassify ./internal/pgwire/
 fuzz FuzzParseCancel ./internal/pgwire/
 fuzz FuzzDecode ./internal/source/file/
+fuzz FuzzToJSON ./internal/source/file/blockyaml/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 go test -race -count=1 -timeout 20m ./...
 # The upstream Gateway API conformance suite v1.6.3 (GATEWAY-TLS, GATEWAY-HTTP) on a fresh

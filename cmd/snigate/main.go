@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -119,7 +120,10 @@ func serve(args []string) error {
 		Paths: paths, Proxy: p, Metrics: m, Logger: log,
 		Translate: translate.Options{DefaultBindAddress: *rf.bind},
 	})
-	if err := r.Load(); err != nil {
+	restoreGC := relaxGC()
+	err = r.Load()
+	restoreGC()
+	if err != nil {
 		return err
 	}
 	closeAdmin, err := startAdmin(*rf.admin, m, r.State, log)
@@ -160,6 +164,26 @@ func serve(args []string) error {
 			log.Info("stopped")
 			return nil
 		}
+	}
+}
+
+// relaxGC turns the garbage collector off for the first load, up to a heap of 512 MiB, and
+// returns the function that turns it back on. The first load builds everything from
+// nothing: with 100 000 routes, collecting while the heap grows from a few MiB took a third
+// of the time to serving on one CPU (issue 6). GOGC or GOMEMLIMIT in the environment leave
+// the collector as the user set it.
+func relaxGC() (restore func()) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	limit := debug.SetMemoryLimit(512 << 20)
+	percent := debug.SetGCPercent(-1)
+	return func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+		// What the load left behind goes back to the OS at once, in the background while
+		// connections are already served, rather than when the heap next doubles.
+		go debug.FreeOSMemory()
 	}
 }
 

@@ -165,3 +165,21 @@ func TestRouteHostnames(t *testing.T) {
 		t.Fatalf("Describe lists %d routes, RouteHostnames says 3", got)
 	}
 }
+
+// A reserved table behaves as one that grew.
+func TestReserve(t *testing.T) {
+	var a, b HostTable[int]
+	a.Reserve(2, 1)
+	for i, p := range []string{"a.example", "*.example", "b.example", "a.example"} {
+		if got, want := a.Add(p, i), b.Add(p, i); got != want {
+			t.Fatalf("Add(%q) = %v on the reserved table, %v on the other", p, got, want)
+		}
+	}
+	for _, n := range []string{"a.example", "b.example", "c.example", "example"} {
+		va, oka := a.Lookup([]byte(n))
+		vb, okb := b.Lookup([]byte(n))
+		if va != vb || oka != okb {
+			t.Errorf("Lookup(%q) = %d %v on the reserved table, %d %v on the other", n, va, oka, vb, okb)
+		}
+	}
+}

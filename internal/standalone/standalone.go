@@ -51,6 +51,9 @@ type Runner struct {
 
 	mu         sync.Mutex // serialises loads
 	generation uint64
+	// memo carries translate's work from one load to the next: a change of one route among
+	// 100 000 hostnames translates that route only (issue 6).
+	memo translate.Memo
 	// stateMu guards state alone, so /status and /readyz answer at once while a long load
 	// (100 000 routes take about a second) runs.
 	stateMu sync.Mutex
@@ -114,6 +117,7 @@ func (r *Runner) load() error {
 	}
 	opts := r.cfg.Translate
 	opts.Generation = r.generation + 1
+	opts.Memo = &r.memo
 	out := translate.Translate(res, opts)
 	if len(out.Errors) > 0 {
 		return errors.Join(out.Errors...)

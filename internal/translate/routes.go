@@ -17,6 +17,7 @@ import (
 
 // route is a TLSRoute, TCPRoute or HTTPRoute seen through what they have in common.
 type route struct {
+	obj        any // the TLSRoute, TCPRoute or HTTPRoute
 	kind       string
 	meta       *metav1.ObjectMeta
 	parentRefs []gwv1.ParentReference
@@ -39,43 +40,81 @@ type route struct {
 func (r *route) String() string { return r.kind + "/" + r.meta.Namespace + "/" + r.meta.Name }
 
 func (t *translator) buildRoutes() {
+	var fresh []*route // not taken from the memo
+	add := func(obj any, build func() *route) {
+		if mr := t.memoRoute(obj); mr != nil {
+			t.reused[mr.r] = mr
+			return
+		}
+		r := build()
+		r.obj = obj
+		fresh = append(fresh, r)
+	}
 	for _, tr := range t.in.TLSRoutes {
-		r := &route{kind: kindTLSRoute, meta: &tr.ObjectMeta, parentRefs: tr.Spec.ParentRefs}
-		for _, h := range tr.Spec.Hostnames {
-			r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
-		}
-		if len(tr.Spec.Rules) > 0 {
-			r.ruleRefs = [][]gwv1.BackendRef{tr.Spec.Rules[0].BackendRefs}
-		}
-		t.routeList = append(t.routeList, r)
+		add(tr, func() *route {
+			r := &route{kind: kindTLSRoute, meta: &tr.ObjectMeta, parentRefs: tr.Spec.ParentRefs}
+			for _, h := range tr.Spec.Hostnames {
+				r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
+			}
+			if len(tr.Spec.Rules) > 0 {
+				r.ruleRefs = [][]gwv1.BackendRef{tr.Spec.Rules[0].BackendRefs}
+			}
+			return r
+		})
 	}
 	for _, tr := range t.in.TCPRoutes {
-		r := &route{kind: kindTCPRoute, meta: &tr.ObjectMeta, parentRefs: tr.Spec.ParentRefs}
-		if len(tr.Spec.Rules) > 0 {
-			r.ruleRefs = [][]gwv1.BackendRef{tr.Spec.Rules[0].BackendRefs}
-		}
-		t.routeList = append(t.routeList, r)
+		add(tr, func() *route {
+			r := &route{kind: kindTCPRoute, meta: &tr.ObjectMeta, parentRefs: tr.Spec.ParentRefs}
+			if len(tr.Spec.Rules) > 0 {
+				r.ruleRefs = [][]gwv1.BackendRef{tr.Spec.Rules[0].BackendRefs}
+			}
+			return r
+		})
 	}
 	for _, hr := range t.in.HTTPRoutes {
-		r := &route{kind: kindHTTPRoute, meta: &hr.ObjectMeta, parentRefs: hr.Spec.ParentRefs, http: hr}
-		for _, h := range hr.Spec.Hostnames {
-			r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
-		}
-		for _, rule := range hr.Spec.Rules {
-			refs := make([]gwv1.BackendRef, len(rule.BackendRefs))
-			for i := range rule.BackendRefs {
-				refs[i] = rule.BackendRefs[i].BackendRef
+		add(hr, func() *route {
+			r := &route{kind: kindHTTPRoute, meta: &hr.ObjectMeta, parentRefs: hr.Spec.ParentRefs, http: hr}
+			for _, h := range hr.Spec.Hostnames {
+				r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
 			}
-			r.ruleRefs = append(r.ruleRefs, refs)
-		}
-		t.routeList = append(t.routeList, r)
+			for _, rule := range hr.Spec.Rules {
+				refs := make([]gwv1.BackendRef, len(rule.BackendRefs))
+				for i := range rule.BackendRefs {
+					refs[i] = rule.BackendRefs[i].BackendRef
+				}
+				r.ruleRefs = append(r.ruleRefs, refs)
+			}
+			return r
+		})
 	}
 	// Precedence: routes attach to listeners in this order, and the snapshot gives a
-	// hostname (or a TCP port) to the first route that claims it.
-	slices.SortFunc(t.routeList, func(a, b *route) int {
-		return cmp.Or(olderFirst(a.meta, b.meta), cmp.Compare(a.kind, b.kind))
-	})
+	// hostname (or a TCP port) to the first route that claims it. Routes from the memo are
+	// in this order already; the others are merged in.
+	slices.SortFunc(fresh, precedence)
+	if len(t.reused) == 0 {
+		t.routeList = fresh
+	} else {
+		kept := make([]*route, 0, len(t.reused))
+		for _, r := range t.opts.Memo.order {
+			if t.reused[r] != nil {
+				kept = append(kept, r)
+			}
+		}
+		t.routeList = merge(kept, fresh, precedence)
+	}
 	for _, r := range t.routeList {
+		if mr := t.reused[r]; mr != nil {
+			for _, ma := range mr.attach {
+				t.gwByName[ma.gw].listeners[ma.listener].attach(ma.a)
+			}
+			t.memoNext[r.obj] = mr
+			continue
+		}
+		var mr *memoRoute
+		if t.memoNext != nil {
+			mr = &memoRoute{r: r}
+			t.memoNext[r.obj] = mr
+		}
 		t.resolveBackends(r)
 		if r.kind == kindHTTPRoute {
 			buildHTTPMatches(r)
@@ -99,13 +138,40 @@ func (t *translator) buildRoutes() {
 			if gw == nil {
 				continue // not one of our Gateways (or none at all): not ours to report
 			}
-			r.parents = append(r.parents, t.attach(r, gw, ref))
+			r.parents = append(r.parents, t.attach(r, gw, ref, mr))
 		}
 	}
 }
 
-// attach binds a route to the listeners of gw its parentRef selects and reports the result.
-func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference) gwv1.RouteParentStatus {
+// precedence orders routes: oldest first, then namespace/name, then kind.
+func precedence(a, b *route) int {
+	return cmp.Or(olderFirst(a.meta, b.meta), cmp.Compare(a.kind, b.kind))
+}
+
+// merge merges two sorted lists.
+func merge[T any](a, b []T, compare func(x, y T) int) []T {
+	out := make([]T, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if compare(b[0], a[0]) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// attach adds a route's attachment, once per route.
+func (l *listener) attach(a *attachment) {
+	if !l.attachedSet[a.route] {
+		l.attachedSet[a.route] = true
+		l.attached = append(l.attached, a)
+	}
+}
+
+// attach binds a route to the listeners of gw its parentRef selects and reports the result;
+// mr, when not nil, records the attachments for the memo.
+func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr *memoRoute) gwv1.RouteParentStatus {
 	conds := conditions{gen: r.meta.Generation, now: t.now}
 	accept := func(ok bool, reason gwv1.RouteConditionReason, msg string) {
 		conds.set(string(gwv1.RouteConditionAccepted), ok, string(reason), msg)
@@ -185,8 +251,11 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference) gwv
 				idle = append(idle, string(m.l.spec.Name))
 			}
 			if !m.l.attachedSet[r] {
-				m.l.attachedSet[r] = true
-				m.l.attached = append(m.l.attached, &attachment{route: r, hostnames: m.hosts})
+				a := &attachment{route: r, hostnames: m.hosts}
+				m.l.attach(a)
+				if mr != nil {
+					mr.attach = append(mr.attach, memoAttachment{gw: gw.key, listener: m.l.index, a: a})
+				}
 			}
 		}
 		msg := fmt.Sprintf("Route is attached to listeners %s of Gateway %s", strings.Join(names, ", "), gw.key)

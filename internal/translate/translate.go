@@ -140,6 +140,8 @@ type Options struct {
 	// ours (set it when the input is a complete view of a cluster). When false, a missing
 	// class is taken as ours, so files need no GatewayClass.
 	RequireGatewayClass bool
+	// Memo, when set, carries work from one call to the next (see Memo).
+	Memo *Memo
 }
 
 func (o Options) withDefaults() Options {
@@ -176,7 +178,9 @@ func Translate(in *resources.Resources, opts Options) *Result {
 	if err != nil {
 		return &Result{Errors: []error{fmt.Errorf("options: DefaultBindAddress %q is not an IP address", opts.DefaultBindAddress)}}
 	}
-	if errs := validate(in); len(errs) > 0 {
+	errs := validate(in, opts.Memo)
+	opts.Memo.endValidation()
+	if len(errs) > 0 {
 		return &Result{Errors: errs}
 	}
 	t := newTranslator(in, opts, defaultAddr.Unmap())
@@ -184,7 +188,9 @@ func Translate(in *resources.Resources, opts Options) *Result {
 	t.buildGateways()
 	t.claimPorts()
 	t.buildRoutes()
-	return &Result{Snapshot: t.snapshot(), Status: t.status()}
+	r := &Result{Snapshot: t.snapshot(), Status: t.status()}
+	t.saveMemo()
+	return r
 }
 
 type nsName struct{ ns, name string }
@@ -210,6 +216,13 @@ type translator struct {
 	grants   map[string][]*gwv1.ReferenceGrant // by namespace
 
 	routeList []*route // precedence order
+
+	// With Options.Memo: whether its routes can be reused (memoOK), this call's context,
+	// the routes taken from it, and what to remember for the next call.
+	memoOK   bool
+	memoCtx  memoContext
+	reused   map[*route]*memoRoute
+	memoNext map[any]*memoRoute
 }
 
 func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr) *translator {
@@ -225,6 +238,12 @@ func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr
 		slices:      map[nsName][]*discoveryv1.EndpointSlice{},
 		nsLabels:    map[string]map[string]string{},
 		grants:      map[string][]*gwv1.ReferenceGrant{},
+	}
+	if m := opts.Memo; m != nil {
+		t.memoCtx = newMemoContext(in, opts)
+		t.memoOK = m.routes != nil && m.ctx.equal(t.memoCtx)
+		t.reused = map[*route]*memoRoute{}
+		t.memoNext = make(map[any]*memoRoute, len(in.TLSRoutes)+len(in.TCPRoutes)+len(in.HTTPRoutes))
 	}
 	for _, c := range in.GatewayClasses {
 		t.classes[c.Name] = c
@@ -357,6 +376,7 @@ func (gw *gateway) rejected() bool { return gw.rejectReason != "" }
 
 type listener struct {
 	gw       *gateway
+	index    int // in gw.listeners
 	spec     *gwv1.Listener
 	hostname string // "" = any
 	// routeKind is the one route kind the protocol carries; "" for protocols we do not serve.
@@ -447,7 +467,9 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 		gw.maxConns = n
 	}
 	for i := range g.Spec.Listeners {
-		gw.listeners = append(gw.listeners, t.listener(gw, &g.Spec.Listeners[i]))
+		l := t.listener(gw, &g.Spec.Listeners[i])
+		l.index = i
+		gw.listeners = append(gw.listeners, l)
 	}
 	markConflicts(gw)
 	return gw
@@ -721,6 +743,19 @@ func (l *listener) snapshotListener() *snapshot.Listener {
 		sl.HTTP = l.httpTable()
 		l.snap = sl
 		return sl
+	}
+	if l.routeKind == kindTLSRoute {
+		var exact, wild int
+		for _, a := range l.attached {
+			for _, h := range a.hostnames {
+				if isWildcard(h) {
+					wild++
+				} else {
+					exact++
+				}
+			}
+		}
+		sl.Routes.Reserve(exact, wild)
 	}
 	for _, a := range l.attached {
 		if l.routeKind == kindTCPRoute {

@@ -94,7 +94,10 @@ func (v *validator) pattern(field, value string, ok bool, what string) {
 // validate checks what the CRDs' OpenAPI and CEL rules (and the API server for core objects)
 // would check. Objects of other controllers are checked too: in a cluster they could not
 // exist either.
-func validate(in *resources.Resources) []error {
+//
+// Routes found valid before (memo) are not checked again: objects never change, and a route's
+// checks look at the route alone.
+func validate(in *resources.Resources, memo *Memo) []error {
 	v := &validator{in: in}
 	for _, c := range byName(in.GatewayClasses) {
 		v.object("GatewayClass", "", c.Name)
@@ -109,31 +112,23 @@ func validate(in *resources.Resources) []error {
 		v.object(kindGateway, g.Namespace, g.Name)
 		v.gateway(g)
 	}
-	for _, r := range byName(in.TLSRoutes) {
+	for _, r := range byName(unvalidated(in.TLSRoutes, memo)) {
+		n := len(v.errs)
 		v.object(kindTLSRoute, r.Namespace, r.Name)
-		v.parentRefs(r.Spec.ParentRefs)
-		v.items("spec.hostnames", len(r.Spec.Hostnames), 1, 1024)
-		for i, h := range r.Spec.Hostnames {
-			if p := hostnameProblem(string(h), true); p != "" {
-				v.errorf(fmt.Sprintf("spec.hostnames[%d]", i), "%q %s", h, p)
-			}
-		}
-		v.items("spec.rules", len(r.Spec.Rules), 1, 1)
-		for i, rule := range r.Spec.Rules {
-			v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
-		}
+		v.tlsRoute(r)
+		memo.validated(r, len(v.errs) == n)
 	}
-	for _, r := range byName(in.TCPRoutes) {
+	for _, r := range byName(unvalidated(in.TCPRoutes, memo)) {
+		n := len(v.errs)
 		v.object(kindTCPRoute, r.Namespace, r.Name)
-		v.parentRefs(r.Spec.ParentRefs)
-		v.items("spec.rules", len(r.Spec.Rules), 1, 1)
-		for i, rule := range r.Spec.Rules {
-			v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
-		}
+		v.tcpRoute(r)
+		memo.validated(r, len(v.errs) == n)
 	}
-	for _, r := range byName(in.HTTPRoutes) {
+	for _, r := range byName(unvalidated(in.HTTPRoutes, memo)) {
+		n := len(v.errs)
 		v.object(kindHTTPRoute, r.Namespace, r.Name)
 		v.httpRoute(r)
+		memo.validated(r, len(v.errs) == n)
 	}
 	for _, g := range byName(in.ReferenceGrants) {
 		v.object("ReferenceGrant", g.Namespace, g.Name)
@@ -143,7 +138,7 @@ func validate(in *resources.Resources) []error {
 			field := fmt.Sprintf("spec.from[%d]", i)
 			v.pattern(field+".group", string(f.Group), groupRE.MatchString(string(f.Group)), "group")
 			v.kindField(field+".kind", string(f.Kind))
-			v.pattern(field+".namespace", string(f.Namespace), namespaceRE.MatchString(string(f.Namespace)), "namespace")
+			v.pattern(field+".namespace", string(f.Namespace), isLabel(string(f.Namespace)), "namespace")
 		}
 		for i, to := range g.Spec.To {
 			field := fmt.Sprintf("spec.to[%d]", i)
@@ -164,6 +159,28 @@ func byName[T interface {
 		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
 	})
 	return objs
+}
+
+func (v *validator) tlsRoute(r *gwv1.TLSRoute) {
+	v.parentRefs(r.Spec.ParentRefs)
+	v.items("spec.hostnames", len(r.Spec.Hostnames), 1, 1024)
+	for i, h := range r.Spec.Hostnames {
+		if p := hostnameProblem(string(h), true); p != "" {
+			v.errorf(fmt.Sprintf("spec.hostnames[%d]", i), "%q %s", h, p)
+		}
+	}
+	v.items("spec.rules", len(r.Spec.Rules), 1, 1)
+	for i, rule := range r.Spec.Rules {
+		v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
+	}
+}
+
+func (v *validator) tcpRoute(r *gwv1.TCPRoute) {
+	v.parentRefs(r.Spec.ParentRefs)
+	v.items("spec.rules", len(r.Spec.Rules), 1, 1)
+	for i, rule := range r.Spec.Rules {
+		v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
+	}
 }
 
 func (v *validator) kindField(field, kind string) {
@@ -194,7 +211,7 @@ func (v *validator) gateway(g *gwv1.Gateway) {
 		switch {
 		case l.Name == "":
 			v.errorf(f+".name", "required")
-		case !sectionNameRE.MatchString(string(l.Name)) || len(l.Name) > 253:
+		case !isSubdomain(string(l.Name)) || len(l.Name) > 253:
 			v.errorf(f+".name", "%q is not a valid listener name (lower-case RFC 1123 subdomain)", l.Name)
 		default:
 			if j, dup := names[l.Name]; dup {
@@ -316,7 +333,7 @@ func (v *validator) listenerTLS(f string, l *gwv1.Listener) {
 			v.errorf(rf+".name", "required")
 		}
 		if ref.Namespace != nil {
-			v.pattern(rf+".namespace", string(*ref.Namespace), namespaceRE.MatchString(string(*ref.Namespace)), "namespace")
+			v.pattern(rf+".namespace", string(*ref.Namespace), isLabel(string(*ref.Namespace)), "namespace")
 		}
 	}
 	v.items(tf+".options", len(l.TLS.Options), 0, 16)
@@ -344,10 +361,10 @@ func (v *validator) parentRefs(refs []gwv1.ParentReference) {
 			v.errorf(f+".name", "required")
 		}
 		if r.Namespace != nil {
-			v.pattern(f+".namespace", string(*r.Namespace), namespaceRE.MatchString(string(*r.Namespace)), "namespace")
+			v.pattern(f+".namespace", string(*r.Namespace), isLabel(string(*r.Namespace)), "namespace")
 		}
 		if r.SectionName != nil {
-			v.pattern(f+".sectionName", string(*r.SectionName), sectionNameRE.MatchString(string(*r.SectionName)), "section name")
+			v.pattern(f+".sectionName", string(*r.SectionName), isSubdomain(string(*r.SectionName)), "section name")
 		}
 		if r.Port != nil {
 			v.port(f+".port", *r.Port)
@@ -395,7 +412,7 @@ func (v *validator) backendRefItems(field string, refs []gwv1.BackendRef) {
 			v.kindField(f+".kind", kind)
 		}
 		if r.Namespace != nil {
-			v.pattern(f+".namespace", string(*r.Namespace), namespaceRE.MatchString(string(*r.Namespace)), "namespace")
+			v.pattern(f+".namespace", string(*r.Namespace), isLabel(string(*r.Namespace)), "namespace")
 		}
 		if r.Port == nil {
 			if group == "" && kind == kindService {

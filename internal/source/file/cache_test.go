@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// A reload converts only the files whose content changed, and always sees current content.
-func TestConversionCache(t *testing.T) {
+// A reload decodes only the files whose content changed, and always sees current content.
+func TestFileCache(t *testing.T) {
 	dir := t.TempDir()
 	svc := func(name string) string {
 		return "apiVersion: v1\nkind: Service\nmetadata:\n  name: " + name + "\nspec:\n  ports:\n  - port: 1\n"
@@ -17,18 +17,18 @@ func TestConversionCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	cached := func(f string) bool {
+		fileCache.mu.Lock()
+		defer fileCache.mu.Unlock()
+		_, ok := fileCache.m[filepath.Join(dir, f)]
+		return ok
+	}
 	write("a.yaml", svc("a"))
 	write("b.yaml", svc("b"))
 	first, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry := func(f string) convEntry {
-		conversions.mu.Lock()
-		defer conversions.mu.Unlock()
-		return conversions.m[filepath.Join(dir, f)]
-	}
-	a1, b1 := entry("a.yaml"), entry("b.yaml")
 	write("b.yaml", svc("b2"))
 	res, err := Load(dir)
 	if err != nil {
@@ -37,26 +37,51 @@ func TestConversionCache(t *testing.T) {
 	if names := []string{res.Services[0].Name, res.Services[1].Name}; names[0] != "a" || names[1] != "b2" {
 		t.Fatalf("services after the change: %v", names)
 	}
-	if a2 := entry("a.yaml"); &a2.conv[0] != &a1.conv[0] {
-		t.Error("the unchanged file was converted again")
-	}
 	if res.Services[0] != first.Services[0] {
 		t.Error("the unchanged file's object was decoded again")
 	}
 	if res.Services[1] == first.Services[1] {
 		t.Error("the changed file's object was reused")
 	}
-	if b2 := entry("b.yaml"); b2.sum == b1.sum {
-		t.Error("the changed file kept its old conversion")
+	if got := res.Origins["Service/default/b2"]; got != filepath.Join(dir, "b.yaml")+"#1" {
+		t.Errorf("origin of the changed file's object: %q", got)
 	}
+	// Shorter content than before, read into the same buffer.
+	write("b.yaml", svc("b"))
+	if res, err = Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	if res.Services[1].Name != "b" {
+		t.Fatalf("service after the file shrank: %s", res.Services[1].Name)
+	}
+
+	// A file with an error is not cached: the next load reports the error again.
+	write("c.yaml", svc("c")+"bogus: 1\n")
+	if _, err := Load(dir); err == nil {
+		t.Fatal("unknown field accepted")
+	}
+	if cached("c.yaml") {
+		t.Error("a file with an error is cached")
+	}
+	if _, err := Load(dir); err == nil {
+		t.Fatal("unknown field accepted on the second load")
+	}
+
+	// A duplicate across files is found when both files come from the cache.
+	write("c.yaml", svc("a"))
+	if _, err := Load(dir); err == nil {
+		t.Fatal("duplicate accepted")
+	}
+	if _, err := Load(dir); err == nil {
+		t.Fatal("duplicate accepted when both files are cached")
+	}
+
 	os.Remove(filepath.Join(dir, "b.yaml"))
+	os.Remove(filepath.Join(dir, "c.yaml"))
 	if _, err := Load(dir); err != nil {
 		t.Fatal(err)
 	}
-	conversions.mu.Lock()
-	_, kept := conversions.m[filepath.Join(dir, "b.yaml")]
-	conversions.mu.Unlock()
-	if kept {
+	if cached("b.yaml") {
 		t.Error("a removed file stays in the cache")
 	}
 }

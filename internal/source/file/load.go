@@ -26,14 +26,21 @@
 // `dir/db.yaml: document 2 (TLSRoute default/db): ...`. Resources.Origins records
 // "dir/db.yaml#2" ("#2/items[0]" inside a List) for translate's errors.
 // Load reports every error it finds, joined with errors.Join.
+//
+// Speed matters at 100 000 routes (issue 6). Documents in plain block-style YAML are
+// converted by package blockyaml and decoded at once; every other document, and every
+// document with an error, goes through sigs.k8s.io/yaml and the checks one by one, so errors
+// read the same either way. Load remembers the objects of each file it read without error,
+// with the file's content: a reload decodes only the files that changed, and the objects of
+// the others are the same pointers as before.
 package file
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,11 +53,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/source/file/blockyaml"
 )
 
 const (
@@ -66,7 +75,7 @@ func Load(paths ...string) (*resources.Resources, error) {
 	l := &loader{
 		cached: true,
 		res:    &resources.Resources{Origins: map[string]string{}},
-		seen:   map[string]string{},
+		seen:   map[string]where{},
 	}
 	read := map[string]bool{}
 	for _, p := range paths {
@@ -76,7 +85,7 @@ func Load(paths ...string) (*resources.Resources, error) {
 			continue
 		}
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			data, err := fileCache.read(f)
 			if err != nil {
 				l.errs = append(l.errs, err)
 				continue
@@ -85,7 +94,7 @@ func Load(paths ...string) (*resources.Resources, error) {
 			l.file(f, data)
 		}
 	}
-	conversions.keep(read)
+	fileCache.keep(read)
 	if len(l.errs) > 0 {
 		return nil, errors.Join(l.errs...)
 	}
@@ -97,7 +106,7 @@ func Load(paths ...string) (*resources.Resources, error) {
 func Decode(name string, data []byte) (*resources.Resources, error) {
 	l := &loader{
 		res:  &resources.Resources{Origins: map[string]string{}},
-		seen: map[string]string{},
+		seen: map[string]where{},
 	}
 	l.file(name, data)
 	if len(l.errs) > 0 {
@@ -137,11 +146,13 @@ func expand(p string) ([]string, error) {
 }
 
 type loader struct {
-	// cached: reuse conversions of unchanged files (Load only; Decode's input has no file).
+	// cached: reuse the objects of unchanged files (Load only; Decode's input has no file).
 	cached bool
 	res    *resources.Resources
-	seen   map[string]string // origin key -> where it was first defined
+	seen   map[string]where // origin key -> where it was first defined
 	errs   []error
+	// objs collects the objects of the file being read, for the cache.
+	objs []object
 }
 
 // where names a document for error messages: "file: document 2".
@@ -169,51 +180,118 @@ func (l *loader) fail(w where, obj string, format string, args ...any) {
 	l.errs = append(l.errs, fmt.Errorf("%s: %s", prefix, fmt.Sprintf(format, args...)))
 }
 
+// object is one decoded object with the API server's defaults applied, and where it was
+// defined. Objects are shared between loads: nothing downstream may modify them (translate
+// does not).
+type object struct {
+	w      where
+	kind   string
+	obj    metav1.Object
+	key    string // resources.OriginKey
+	origin string // w.origin()
+}
+
 func (l *loader) file(name string, data []byte) {
-	docs := splitDocuments(data)
-	var conv []converted
 	if l.cached {
-		conv = conversions.get(name, data, docs)
-	} else {
-		conv = convertAll(docs)
+		if objs, ok := fileCache.get(name, data); ok {
+			for i := range objs {
+				l.add(&objs[i])
+			}
+			return
+		}
 	}
+	errs := len(l.errs)
+	l.objs = nil
+	docs := splitDocuments(data)
+	conv := convertAll(docs)
 	for i, doc := range docs {
-		l.document(where{file: name, doc: i + 1, item: -1}, doc, conv[i])
+		w := where{file: name, doc: i + 1, item: -1}
+		if c := conv[i]; c.obj != nil {
+			l.decoded(w, c.obj.h, c.obj.obj, c.obj.namespaced)
+			continue
+		}
+		l.document(w, doc, conv[i])
 	}
+	// Only a file without errors is cached, so a file with errors reports them again.
+	if l.cached && len(l.errs) == errs {
+		fileCache.put(name, data, l.objs)
+	}
+	l.objs = nil
 }
 
-// conversions remembers the YAML -> JSON conversion of each file by its content, so that a
-// reload after one file changed converts only that file: with 100 000 routes, converting
-// is most of the time a reload takes. Only the files of the latest Load are kept.
-var conversions = &convCache{m: map[string]convEntry{}}
+// files remembers the objects of each file with the content they came from, so that a
+// reload after one file changed decodes only that file: with 100 000 routes, decoding is
+// most of the time a reload takes (issue 6). Only the files of the latest Load are kept.
+var fileCache = &filesCache{m: map[string]fileEntry{}}
 
-type convCache struct {
+type filesCache struct {
 	mu sync.Mutex
-	m  map[string]convEntry
+	m  map[string]fileEntry
+	// scratch is the buffer files are read into: an unchanged 6 MB file is compared with
+	// the cache without allocating 6 MB on every reload.
+	scratch []byte
 }
 
-type convEntry struct {
-	sum  [sha256.Size]byte
-	conv []converted
+type fileEntry struct {
+	data []byte
+	objs []object
 }
 
-func (c *convCache) get(name string, data []byte, docs []document) []converted {
-	sum := sha256.Sum256(data)
+// read reads a file into the scratch buffer: the data is valid until the next read (put
+// stores a copy).
+func (c *filesCache) read(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	c.mu.Lock()
+	buf := c.scratch[:0]
+	c.mu.Unlock()
+	if st, err := f.Stat(); err == nil && int64(cap(buf)) <= st.Size() {
+		buf = make([]byte, 0, st.Size()+512) // the size may change while reading: one more byte tells EOF
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	c.scratch = buf
+	c.mu.Unlock()
+	return buf, nil
+}
+
+// get returns the objects of a file read before with the same content.
+func (c *filesCache) get(name string, data []byte) ([]object, bool) {
 	c.mu.Lock()
 	e, ok := c.m[name]
 	c.mu.Unlock()
-	if ok && e.sum == sum && len(e.conv) == len(docs) {
-		return e.conv
+	if !ok || !bytes.Equal(e.data, data) {
+		return nil, false
 	}
-	conv := convertAll(docs)
+	return e.objs, true
+}
+
+func (c *filesCache) put(name string, data []byte, objs []object) {
 	c.mu.Lock()
-	c.m[name] = convEntry{sum: sum, conv: conv}
+	if len(data) > 0 && len(c.scratch) > 0 && &c.scratch[0] == &data[0] {
+		data = bytes.Clone(data) // the scratch buffer stays for the next read
+	}
+	c.m[name] = fileEntry{data: data, objs: objs}
 	c.mu.Unlock()
-	return conv
 }
 
 // keep drops every file not in names.
-func (c *convCache) keep(names map[string]bool) {
+func (c *filesCache) keep(names map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for n := range c.m {
@@ -223,35 +301,31 @@ func (c *convCache) keep(names map[string]bool) {
 	}
 }
 
-// converted is one document turned from YAML into JSON, or the error that stopped it.
+// converted is one document decoded (obj), or turned from YAML into JSON by
+// sigs.k8s.io/yaml (js, or the error that stopped it) for the careful path.
 type converted struct {
+	obj *decoded
 	js  []byte
 	err error
-	// dec caches the typed object decoded from js, shared by every load that reuses this
-	// conversion: decoding 100 000 objects strictly costs as much again as converting them.
-	dec *decoded
 }
 
-// decoded is a document's object after strict decoding, before the per-load bookkeeping.
+// decoded is a document's object after strict decoding.
 type decoded struct {
 	h          header
 	obj        any
 	namespaced bool
 }
 
-// convertAll turns documents from YAML into JSON on every CPU: the conversion is most of the
-// cost of loading (100 000 TLSRoutes in one file: 7 s on one core of the machines we test on),
-// and documents are independent. Everything after it stays sequential, in file order, so
-// errors and duplicate detection do not depend on scheduling.
+// convertAll converts and decodes documents on every CPU (they are independent); everything
+// after it stays sequential, in file order, so errors and duplicate detection do not depend
+// on scheduling.
 func convertAll(docs []document) []converted {
 	out := make([]converted, len(docs))
-	for i := range out {
-		out[i].dec = &decoded{}
-	}
 	workers := min(runtime.GOMAXPROCS(0), len(docs)/64+1)
 	if workers <= 1 {
+		var last header
 		for i, d := range docs {
-			out[i].js, out[i].err = yaml.YAMLToJSONStrict(d.data)
+			out[i] = convert(d.data, &last)
 		}
 		return out
 	}
@@ -261,17 +335,65 @@ func convertAll(docs []document) []converted {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var last header
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(docs) {
 					return
 				}
-				out[i].js, out[i].err = yaml.YAMLToJSONStrict(docs[i].data)
+				out[i] = convert(docs[i].data, &last)
 			}
 		}()
 	}
 	wg.Wait()
 	return out
+}
+
+// convert takes the quick path for a document when it can: blockyaml's conversion and a
+// strict decode of one object that succeeds. Anything else (YAML blockyaml declines, a List,
+// any error) takes sigs.k8s.io/yaml and the careful path in loader.document, so that errors
+// read the same whichever path a document could have taken. last is the header of the
+// previous document the caller decoded quickly.
+func convert(doc []byte, last *header) converted {
+	if js, ok := blockyaml.ToJSON(doc); ok {
+		if d := decodeQuick(js, last); d != nil {
+			last.APIVersion, last.Kind = d.h.APIVersion, d.h.Kind
+			return converted{obj: d}
+		}
+	}
+	js, err := yaml.YAMLToJSONStrict(doc)
+	return converted{js: js, err: err}
+}
+
+// decodeQuick decodes a JSON object of a known kind strictly, or returns nil. Documents of a
+// file are mostly of one kind, so it first decodes into the type of the previous document
+// (last), which saves reading the header separately: that guess stands when the decode is
+// strict and the object's own apiVersion and kind are the guessed ones.
+func decodeQuick(js []byte, last *header) *decoded {
+	if last.Kind != "" {
+		obj, namespaced, _ := newObject(last.APIVersion, last.Kind)
+		if strict, err := kjson.UnmarshalStrict(js, obj); err == nil && len(strict) == 0 {
+			ro, m := obj.(kruntime.Object), obj.(metav1.Object)
+			if v, k := ro.GetObjectKind().GroupVersionKind().ToAPIVersionAndKind(); v == last.APIVersion && k == last.Kind && m.GetName() != "" {
+				d := &decoded{obj: obj, namespaced: namespaced}
+				d.h.APIVersion, d.h.Kind = v, k
+				d.h.Metadata.Name, d.h.Metadata.Namespace = m.GetName(), m.GetNamespace()
+				return d
+			}
+		}
+	}
+	var h header
+	if err := json.Unmarshal(js, &h); err != nil || h.APIVersion == "" || h.Kind == "" || h.Metadata.Name == "" {
+		return nil
+	}
+	obj, namespaced, err := newObject(h.APIVersion, h.Kind)
+	if err != nil {
+		return nil
+	}
+	if strict, err := kjson.UnmarshalStrict(js, obj); err != nil || len(strict) > 0 {
+		return nil
+	}
+	return &decoded{h: h, obj: obj, namespaced: namespaced}
 }
 
 // document is one YAML document of a file and the file line it starts on.
@@ -282,29 +404,31 @@ type document struct {
 
 // splitDocuments splits a YAML stream at "---" separator lines. Text before the first
 // separator counts as a document only when it holds more than blank lines and comments, so a
-// file starting with "---" (or a comment and "---") begins with document 1.
+// file starting with "---" (or a comment and "---") begins with document 1. Documents share
+// data's memory.
 func splitDocuments(data []byte) []document {
 	var docs []document
 	cur := document{line: 1}
+	start, pos := 0, 0 // cur.data is data[start:pos]
 	started := false
 	lineNo := 0
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i+1], data[i+1:]
-		} else {
-			data = nil
+	for pos < len(data) {
+		end := len(data)
+		if i := bytes.IndexByte(data[pos:], '\n'); i >= 0 {
+			end = pos + i + 1
 		}
 		lineNo++
-		if isSeparator(bytes.TrimRight(line, "\r\n")) {
+		if isSeparator(bytes.TrimRight(data[pos:end], "\r\n")) {
+			cur.data = data[start:pos:pos]
 			if started || hasContent(cur.data) {
 				docs = append(docs, cur)
 			}
 			cur, started = document{line: lineNo + 1}, true
-			continue
+			start = end
 		}
-		cur.data = append(cur.data, line...)
+		pos = end
 	}
+	cur.data = data[start:pos:pos]
 	if started || hasContent(cur.data) {
 		docs = append(docs, cur)
 	}
@@ -313,7 +437,13 @@ func splitDocuments(data []byte) []document {
 
 // hasContent reports whether a chunk of YAML has a line that is neither blank nor a comment.
 func hasContent(b []byte) bool {
-	for _, line := range bytes.Split(b, []byte("\n")) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
 		line = bytes.TrimSpace(line)
 		if len(line) > 0 && line[0] != '#' {
 			return true
@@ -342,6 +472,8 @@ type header struct {
 	} `json:"metadata"`
 }
 
+// document reads one document that the quick path did not decode: sigs.k8s.io/yaml's
+// conversion, then every check with its error message.
 func (l *loader) document(w where, doc document, c converted) {
 	js, err := c.js, c.err
 	if err != nil {
@@ -357,15 +489,11 @@ func (l *loader) document(w where, doc document, c converted) {
 	if len(js) == 0 || bytes.Equal(js, []byte("null")) {
 		return // empty or comment-only document
 	}
-	l.object(w, js, c.dec)
+	l.object(w, js)
 }
 
-// object decodes one object (dec, when not nil, caches the decoding across loads) and adds it.
-func (l *loader) object(w where, js []byte, dec *decoded) {
-	if dec != nil && dec.obj != nil {
-		l.add(w, dec.h, dec.obj, dec.namespaced)
-		return
-	}
+// object decodes one object and adds it.
+func (l *loader) object(w where, js []byte) {
 	if js[0] != '{' {
 		l.fail(w, "", "not an object")
 		return
@@ -397,7 +525,7 @@ func (l *loader) object(w where, js []byte, dec *decoded) {
 		for i, it := range list.Items {
 			iw := w
 			iw.item = i
-			l.object(iw, bytes.TrimSpace(it), nil)
+			l.object(iw, bytes.TrimSpace(it))
 		}
 		return
 	}
@@ -419,16 +547,11 @@ func (l *loader) object(w where, js []byte, dec *decoded) {
 		}
 		return
 	}
-	if dec != nil {
-		dec.h, dec.obj, dec.namespaced = h, obj, namespaced
-	}
-	l.add(w, h, obj, namespaced)
+	l.decoded(w, h, obj, namespaced)
 }
 
-// add applies the API server's defaults to a decoded object and records it. The defaults
-// are idempotent, so an object cached from an earlier load passes through again unchanged.
-// Objects are shared between loads: nothing downstream may modify them (translate does not).
-func (l *loader) add(w where, h header, obj any, namespaced bool) {
+// decoded applies the API server's defaults to a decoded object and adds it.
+func (l *loader) decoded(w where, h header, obj any, namespaced bool) {
 	id := describe(h.Kind, namespaced, h.Metadata.Namespace, h.Metadata.Name)
 	m := obj.(metav1.Object)
 	if m.GetName() == "" {
@@ -446,17 +569,26 @@ func (l *loader) add(w where, h header, obj any, namespaced bool) {
 	if m.GetGeneration() == 0 {
 		m.SetGeneration(1)
 	}
-	id = describe(h.Kind, namespaced, m.GetNamespace(), m.GetName())
+	if s, ok := obj.(*corev1.Secret); ok {
+		mergeStringData(s)
+	}
+	o := object{w: w, kind: h.Kind, obj: m, key: resources.OriginKey(h.Kind, m.GetNamespace(), m.GetName()), origin: w.origin()}
+	l.objs = append(l.objs, o)
+	l.add(&o)
+}
 
-	key := resources.OriginKey(h.Kind, m.GetNamespace(), m.GetName())
-	if prev, dup := l.seen[key]; dup {
-		l.fail(w, id, "duplicate object: already defined at %s", prev)
+// add records an object, unless one of the same kind, namespace and name came before.
+func (l *loader) add(o *object) {
+	if prev, dup := l.seen[o.key]; dup {
+		m := o.obj
+		l.fail(o.w, describe(o.kind, m.GetNamespace() != "", m.GetNamespace(), m.GetName()),
+			"duplicate object: already defined at %s", prev)
 		return
 	}
-	l.seen[key] = w.String()
-	l.res.Origins[key] = w.origin()
+	l.seen[o.key] = o.w
+	l.res.Origins[o.key] = o.origin
 
-	switch o := obj.(type) {
+	switch o := o.obj.(type) {
 	case *gwv1.GatewayClass:
 		l.res.GatewayClasses = append(l.res.GatewayClasses, o)
 	case *gwv1.Gateway:
@@ -472,7 +604,6 @@ func (l *loader) add(w where, h header, obj any, namespaced bool) {
 	case *corev1.Service:
 		l.res.Services = append(l.res.Services, o)
 	case *corev1.Secret:
-		mergeStringData(o)
 		l.res.Secrets = append(l.res.Secrets, o)
 	case *corev1.Namespace:
 		l.res.Namespaces = append(l.res.Namespaces, o)

@@ -265,6 +265,11 @@ func TestSplitDocuments(t *testing.T) {
 			t.Errorf("splitDocuments(%q) = %d documents, want %d", in, got, want)
 		}
 	}
+	docs := splitDocuments([]byte("# c\n---\na: 1\n\n--- # x\nb: 2\nc: 3"))
+	if len(docs) != 2 || string(docs[0].data) != "a: 1\n\n" || docs[0].line != 3 ||
+		string(docs[1].data) != "b: 2\nc: 3" || docs[1].line != 6 {
+		t.Errorf("splitDocuments: %+v", docs)
+	}
 }
 
 func FuzzDecode(f *testing.F) {

@@ -1,0 +1,156 @@
+package standalone
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/proxy"
+)
+
+// The route-scale benchmarks reproduce issue 6's test (bench/cmd/runner/scale.go) in
+// process: 100 000 exact names and 1 000 wildcards as TLSRoutes of 16 hostnames each in one
+// file, the layout bench/internal/peers writes. Run them on one CPU, as the harness runs the
+// proxy:
+//
+//	taskset -c 1 go test -run '^$' -bench Scale -benchtime 5x ./internal/standalone/
+
+const (
+	scaleExact = 100_000
+	scaleWild  = 1_000
+)
+
+// writeScaleFolder writes the harness' folder: gateway.yaml (one Passthrough listener on
+// port), backends.yaml (one Service and EndpointSlice) and routes.yaml.
+func writeScaleFolder(tb testing.TB, dir string, port, exact, wild int) {
+	tb.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	write := func(name string, fill func(w io.Writer)) {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		w := bufio.NewWriter(f)
+		fill(w)
+		if err := w.Flush(); err != nil {
+			tb.Fatal(err)
+		}
+		f.Close()
+	}
+	write("gateway.yaml", func(w io.Writer) {
+		fmt.Fprintf(w, "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: bench\n  namespace: default\nspec:\n  gatewayClassName: snigate\n  addresses:\n  - type: IPAddress\n    value: 127.0.0.1\n  listeners:\n  - name: pass\n    protocol: TLS\n    port: %d\n    tls:\n      mode: Passthrough\n", port)
+	})
+	write("backends.yaml", func(w io.Writer) {
+		fmt.Fprint(w, "apiVersion: v1\nkind: Service\nmetadata:\n  name: be\n  namespace: default\nspec:\n  ports:\n  - name: p\n    port: 443\n    protocol: TCP\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: be-1\n  namespace: default\n  labels:\n    kubernetes.io/service-name: be\naddressType: IPv4\nports:\n- name: p\n  port: 9\n  protocol: TCP\nendpoints:\n- addresses: [\"127.0.0.1\"]\n  conditions:\n    ready: true\n")
+	})
+	hosts := make([]string, 0, exact+wild)
+	for i := range exact {
+		hosts = append(hosts, fmt.Sprintf("h%d.scale.test", i))
+	}
+	for i := range wild {
+		hosts = append(hosts, fmt.Sprintf("*.w%d.wild.test", i))
+	}
+	write("routes.yaml", func(w io.Writer) { writeRoutes(w, "r", hosts) })
+}
+
+// writeRoutes writes hosts as TLSRoutes of 16 hostnames, named prefix-N.
+func writeRoutes(w io.Writer, prefix string, hosts []string) {
+	for n, i := 0, 0; i < len(hosts); n, i = n+1, i+16 {
+		if n > 0 {
+			fmt.Fprint(w, "---\n")
+		}
+		fmt.Fprintf(w, "apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata:\n  name: %s-%d\n  namespace: default\nspec:\n  parentRefs:\n  - name: bench\n    sectionName: pass\n  hostnames:\n", prefix, n)
+		for _, h := range hosts[i:min(i+16, len(hosts))] {
+			fmt.Fprintf(w, "  - %q\n", h)
+		}
+		fmt.Fprint(w, "  rules:\n  - backendRefs:\n    - name: be\n      port: 443\n")
+	}
+}
+
+// writeChange replaces zz-change.yaml by renaming a new file over it, as the harness does.
+func writeChange(tb testing.TB, dir, host string) {
+	tb.Helper()
+	tmp := filepath.Join(dir, ".zz-change.tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	writeRoutes(f, "chg", []string{host})
+	f.Close()
+	if err := os.Rename(tmp, filepath.Join(dir, "zz-change.yaml")); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func newScaleRunner(tb testing.TB, dir string) (*Runner, *proxy.Proxy) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := metrics.New()
+	p := proxy.New(proxy.Options{Metrics: m, Logger: log})
+	tb.Cleanup(func() { p.Shutdown(tb.Context()) })
+	return New(Config{Paths: []string{dir}, Proxy: p, Metrics: m, Logger: log}), p
+}
+
+// BenchmarkScaleStart is the first load of a process: nothing cached.
+func BenchmarkScaleStart(b *testing.B) {
+	port := freePort(b)
+	base := b.TempDir()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		// A new folder each time: the caches are keyed by file name.
+		dir := filepath.Join(base, strconv.Itoa(i))
+		writeScaleFolder(b, dir, port, scaleExact, scaleWild)
+		r, p := newScaleRunner(b, dir)
+		b.StartTimer()
+		if err := r.Load(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		p.Shutdown(b.Context())
+		os.RemoveAll(dir)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkScaleChange is a reload after a one-route file was replaced.
+func BenchmarkScaleChange(b *testing.B) {
+	dir := b.TempDir()
+	writeScaleFolder(b, dir, freePort(b), scaleExact, scaleWild)
+	r, p := newScaleRunner(b, dir)
+	writeChange(b, dir, "change-0.bench.test")
+	if err := r.Load(); err != nil {
+		b.Fatal(err)
+	}
+	for i := 1; b.Loop(); i++ {
+		b.StopTimer()
+		host := fmt.Sprintf("change-%d.bench.test", i)
+		writeChange(b, dir, host)
+		b.StartTimer()
+		if err := r.Load(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if _, rt := p.Snapshot().Ports[0].Lookup([]byte(host)); rt == nil {
+			b.Fatalf("%s is not served", host)
+		}
+		b.StartTimer()
+	}
+}

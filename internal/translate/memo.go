@@ -1,0 +1,136 @@
+package translate
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/resources"
+)
+
+// Memo carries work from one Translate to the next, so that a change of a few routes among
+// 100 000 hostnames does not translate them all again (issue 6: a one-route change within
+// 50 ms). Pass the same Memo in Options to successive calls; it is not safe for concurrent
+// use. Translate with a Memo returns what it returns without one, except that the conditions
+// of a route taken from the memo keep the LastTransitionTime they were computed with:
+// nothing they depend on changed since.
+//
+// The memo relies on objects being immutable, as file.Load and the Kubernetes source
+// guarantee (a changed object is a new pointer), and remembers by object identity:
+//   - routes that passed validation (a route's checks look at the route alone);
+//   - the translation of each route, its status and its attachments to listeners, valid as
+//     long as everything else a route depends on (Gateways, GatewayClasses, Services,
+//     EndpointSlices, Secrets, Namespaces, ReferenceGrants and the options) is the very same
+//     set of objects as in the previous call; otherwise every route is translated again;
+//   - the precedence order of the routes, into which new routes are merged.
+type Memo struct {
+	valid, nextValid map[any]bool
+
+	ctx    memoContext
+	routes map[any]*memoRoute // by route object
+	order  []*route           // the previous call's routeList
+}
+
+// memoRoute is one route's translation and the attachments it made.
+type memoRoute struct {
+	r      *route
+	attach []memoAttachment
+}
+
+// memoAttachment locates the listener an attachment was made to: the listener objects are
+// built again on every call.
+type memoAttachment struct {
+	gw       nsName
+	listener int // index in the Gateway's listeners
+	a        *attachment
+}
+
+// memoContext is everything besides the route itself that a route's translation reads.
+type memoContext struct {
+	classes    []*gwv1.GatewayClass
+	gateways   []*gwv1.Gateway
+	grants     []*gwv1.ReferenceGrant
+	services   []*corev1.Service
+	slices     []*discoveryv1.EndpointSlice
+	secrets    []*corev1.Secret
+	namespaces []*corev1.Namespace
+	opts       Options // without Now, Generation and Memo
+}
+
+func newMemoContext(in *resources.Resources, opts Options) memoContext {
+	opts.Now, opts.Generation, opts.Memo = nil, 0, nil
+	return memoContext{
+		classes:    slices.Clone(in.GatewayClasses),
+		gateways:   slices.Clone(in.Gateways),
+		grants:     slices.Clone(in.ReferenceGrants),
+		services:   slices.Clone(in.Services),
+		slices:     slices.Clone(in.EndpointSlices),
+		secrets:    slices.Clone(in.Secrets),
+		namespaces: slices.Clone(in.Namespaces),
+		opts:       opts,
+	}
+}
+
+func (c memoContext) equal(o memoContext) bool {
+	return slices.Equal(c.classes, o.classes) && slices.Equal(c.gateways, o.gateways) &&
+		slices.Equal(c.grants, o.grants) && slices.Equal(c.services, o.services) &&
+		slices.Equal(c.slices, o.slices) && slices.Equal(c.secrets, o.secrets) &&
+		slices.Equal(c.namespaces, o.namespaces) &&
+		c.opts.ControllerName == o.opts.ControllerName && c.opts.DefaultBindAddress == o.opts.DefaultBindAddress &&
+		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass
+}
+
+// unvalidated returns the routes the memo has not seen pass validation.
+func unvalidated[T comparable](routes []T, m *Memo) []T {
+	if m == nil {
+		return routes
+	}
+	if m.nextValid == nil {
+		m.nextValid = make(map[any]bool, len(m.valid))
+	}
+	var out []T
+	for _, r := range routes {
+		if m.valid[r] {
+			m.nextValid[r] = true
+		} else {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// validated records a route's validation; only routes of the current input are kept.
+func (m *Memo) validated(obj any, ok bool) {
+	if m != nil && ok {
+		m.nextValid[obj] = true
+	}
+}
+
+// endValidation drops the routes that are gone from the valid set.
+func (m *Memo) endValidation() {
+	if m == nil {
+		return
+	}
+	m.valid, m.nextValid = m.nextValid, nil
+}
+
+// route returns the remembered translation of a route object, or nil.
+func (t *translator) memoRoute(obj any) *memoRoute {
+	if !t.memoOK {
+		return nil
+	}
+	return t.opts.Memo.routes[obj]
+}
+
+// saveMemo remembers this call's route translations for the next.
+func (t *translator) saveMemo() {
+	m := t.opts.Memo
+	if m == nil {
+		return
+	}
+	m.ctx = t.memoCtx
+	m.routes = t.memoNext
+	m.order = t.routeList
+}

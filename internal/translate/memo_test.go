@@ -1,0 +1,109 @@
+package translate
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/source/file"
+)
+
+// withMemo translates in with memo and checks that the output is what a translation without
+// it gives (testOptions' clock is fixed, so even the timestamps agree).
+func withMemo(t *testing.T, step string, in *resources.Resources, memo *Memo) {
+	t.Helper()
+	want := render(t, Translate(in, testOptions()))
+	opts := testOptions()
+	opts.Memo = memo
+	if got := render(t, Translate(in, opts)); got != want {
+		t.Fatalf("%s: with the memo the output differs (-without +with):\n%s", step, cmp.Diff(want, got))
+	}
+}
+
+// Every golden input, translated again and again with one memo while routes, then other
+// objects, come and go, gives what it gives without the memo.
+func TestMemo(t *testing.T) {
+	ins, err := filepath.Glob("testdata/*.in.yaml")
+	if err != nil || len(ins) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	for _, in := range ins {
+		t.Run(strings.TrimSuffix(filepath.Base(in), ".in.yaml"), func(t *testing.T) {
+			res, err := file.Load(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			memo := &Memo{}
+			withMemo(t, "first", res, memo)
+			withMemo(t, "again", res, memo)
+			withMemo(t, "reversed", reversed(res), memo)
+			// Each route removed, then back.
+			for i := range res.TLSRoutes {
+				r := *res
+				r.TLSRoutes = slices.Delete(slices.Clone(res.TLSRoutes), i, i+1)
+				withMemo(t, "without TLSRoute "+res.TLSRoutes[i].Name, &r, memo)
+				withMemo(t, "with TLSRoute "+res.TLSRoutes[i].Name, res, memo)
+			}
+			for i := range res.TCPRoutes {
+				r := *res
+				r.TCPRoutes = slices.Delete(slices.Clone(res.TCPRoutes), i, i+1)
+				withMemo(t, "without TCPRoute "+res.TCPRoutes[i].Name, &r, memo)
+				withMemo(t, "with TCPRoute "+res.TCPRoutes[i].Name, res, memo)
+			}
+			for i := range res.HTTPRoutes {
+				r := *res
+				r.HTTPRoutes = slices.Delete(slices.Clone(res.HTTPRoutes), i, i+1)
+				withMemo(t, "without HTTPRoute "+res.HTTPRoutes[i].Name, &r, memo)
+				withMemo(t, "with HTTPRoute "+res.HTTPRoutes[i].Name, res, memo)
+			}
+			// A route replaced by a copy (a new object, as after an edit).
+			if len(res.TLSRoutes) > 0 {
+				r := *res
+				r.TLSRoutes = slices.Clone(res.TLSRoutes)
+				r.TLSRoutes[0] = r.TLSRoutes[0].DeepCopy()
+				withMemo(t, "TLSRoute copied", &r, memo)
+			}
+			// Other objects removed: every route depends on them.
+			for i := range res.Services {
+				r := *res
+				r.Services = slices.Delete(slices.Clone(res.Services), i, i+1)
+				withMemo(t, "without Service "+res.Services[i].Name, &r, memo)
+				withMemo(t, "with Service "+res.Services[i].Name, res, memo)
+			}
+			for i := range res.Gateways {
+				r := *res
+				r.Gateways = slices.Delete(slices.Clone(res.Gateways), i, i+1)
+				withMemo(t, "without Gateway "+res.Gateways[i].Name, &r, memo)
+				withMemo(t, "with Gateway "+res.Gateways[i].Name, res, memo)
+			}
+		})
+	}
+}
+
+// The memo takes routes from the previous call: a route that did not change is the same
+// translation, and validation is skipped for it.
+func TestMemoReuses(t *testing.T) {
+	res, err := file.Load("testdata/precedence.in.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	memo := &Memo{}
+	opts := testOptions()
+	opts.Memo = memo
+	first := Translate(res, opts)
+	second := Translate(res, opts)
+	if len(first.Status.TLSRoutes) == 0 {
+		t.Fatal("no TLSRoute status")
+	}
+	a, b := first.Status.TLSRoutes[0].Status.Parents, second.Status.TLSRoutes[0].Status.Parents
+	if &a[0] != &b[0] {
+		t.Error("an unchanged route was translated again")
+	}
+	if len(memo.valid) != len(res.TLSRoutes)+len(res.TCPRoutes)+len(res.HTTPRoutes) {
+		t.Errorf("%d routes remembered as valid, want every route", len(memo.valid))
+	}
+}
