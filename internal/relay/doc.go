@@ -1,17 +1,27 @@
 // Package relay moves bytes both ways between pairs of connected TCP sockets from a few
 // event loops, so that a proxied connection costs no goroutine while it is idle.
 //
-// Use it once a connection is routed: New(n) starts n loops (one per CPU is right),
-// Relay.Start hands it the client and backend *net.TCPConn, and the done callback runs on a
-// loop when both directions have ended (the caller then closes the two connections):
+// Use it once a connection is routed. New(n) starts n loops (one per CPU is right). Either
+// let a loop dial the backend and attach the client to it, with the bytes already read from
+// the client (the ClientHello) written to the backend first:
 //
 //	r, _ := relay.New(runtime.GOMAXPROCS(0))
+//	p, err := r.Dial(endpoint, relay.DialOptions{Timeout: 5 * time.Second})
+//	if err != nil { ... } // try another endpoint
+//	p.Attach(client, hello, relay.Options{ExpectTLS: true}, func(res relay.Result) {
+//		client.Close() // the relay closes the backend socket it made
+//	})
+//
+// or hand it two connections you made yourself (after talking to the backend first, as the
+// PostgreSQL bridge does):
+//
 //	p, _ := r.Start(client, backend, relay.Options{}, func(res relay.Result) {
 //		client.Close()
 //		backend.Close()
 //	})
-//	...
-//	p.Stop(relay.OutcomeShutdown) // cut it early, e.g. at the end of a drain
+//
+// The done callback runs on a loop once both directions have ended; p.Stop ends a pair
+// early (a drain that ran out of time).
 //
 // Why not a goroutine per direction: a goroutine parked in Read keeps its stack (2 KiB at
 // least, usually more), so an idle database session held two of them, about 8 KB of the
