@@ -3,6 +3,7 @@ package blockyaml
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -137,4 +138,45 @@ func FuzzToJSON(f *testing.F) {
 			agrees(t, doc, js)
 		}
 	})
+}
+
+// scaleDocument is one document of issue 6's route-scale file (internal/standalone's
+// writeRoutes): a TLSRoute with 16 hostnames.
+func scaleDocument() []byte {
+	var b bytes.Buffer
+	b.WriteString("apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata:\n  name: r-7\n  namespace: default\nspec:\n  parentRefs:\n  - name: bench\n    sectionName: pass\n  hostnames:\n")
+	for i := range 16 {
+		fmt.Fprintf(&b, "  - %q\n", fmt.Sprintf("h%d.scale.test", 112+i))
+	}
+	b.WriteString("  rules:\n  - backendRefs:\n    - name: be\n      port: 443\n")
+	return b.Bytes()
+}
+
+// BenchmarkToJSON compares ToJSON with the path it shortcuts, on the document the package
+// exists for (see the package doc for the other libraries measured).
+func BenchmarkToJSON(b *testing.B) {
+	doc := scaleDocument()
+	b.Run("blockyaml", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok := ToJSON(doc); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("sigs.k8s.io-yaml", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := yaml.YAMLToJSONStrict(doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestScaleDocumentAccepted(t *testing.T) {
+	doc := scaleDocument()
+	js, ok := ToJSON(doc)
+	if !ok {
+		t.Fatalf("ToJSON declined the route-scale document:\n%s", doc)
+	}
+	agrees(t, doc, js)
 }
