@@ -9,7 +9,7 @@
 //	p, err := r.Dial(endpoint, relay.DialOptions{Timeout: 5 * time.Second})
 //	if err != nil { ... } // try another endpoint
 //	p.Attach(client, hello, relay.Options{ExpectTLS: true}, func(res relay.Result) {
-//		client.Close() // the relay closes the backend socket it made
+//		// both sockets are closed: Attach took the client's over
 //	})
 //
 // or hand it two connections you made yourself (after talking to the backend first, as the

@@ -225,26 +225,18 @@ type DialOptions struct {
 // in Go's poller, which saves four system calls per connection (Go's registration and
 // removal, getsockname, getpeername) and the net.Conn bookkeeping an idle connection keeps.
 func (r *Relay) Dial(ep netip.AddrPort, o DialOptions) (*Pair, error) {
-	family := unix.AF_INET
-	var sa unix.Sockaddr
-	if ep.Addr().Is4() {
-		sa = &unix.SockaddrInet4{Port: int(ep.Port()), Addr: ep.Addr().As4()}
-	} else {
-		family = unix.AF_INET6
-		sa = &unix.SockaddrInet6{Port: int(ep.Port()), Addr: ep.Addr().As16()}
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := rawSocket(ep)
 	if err != nil {
 		return nil, os.NewSyscallError("socket", err)
 	}
 	if err := setDialSockopts(fd, o.KeepAlive); err != nil {
-		unix.Close(fd)
+		rawClose(fd)
 		return nil, err
 	}
-	switch err := unix.Connect(fd, sa); err {
+	switch err := rawConnect(fd, ep); err {
 	case nil, unix.EINPROGRESS:
 	default:
-		unix.Close(fd)
+		rawClose(fd)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ep), Err: os.NewSyscallError("connect", err)}
 	}
 	p := r.newPair(-1, fd)
@@ -257,7 +249,7 @@ func (r *Relay) Dial(ep netip.AddrPort, o DialOptions) (*Pair, error) {
 	r.watch(o.Timeout)
 	if err := p.register(1); err != nil {
 		p.unpublish()
-		unix.Close(fd)
+		rawClose(fd)
 		return nil, err
 	}
 	// The loop reports the connect's outcome when the socket turns writable (or fails).
@@ -270,31 +262,49 @@ func (r *Relay) Dial(ep netip.AddrPort, o DialOptions) (*Pair, error) {
 // setDialSockopts sets what a relayed backend socket needs: no Nagle delay (the relay
 // forwards what it reads as it reads it) and keepalive with the given idle time.
 func setDialSockopts(fd int, keepAlive time.Duration) error {
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+	if err := rawSetsockopt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
 		return os.NewSyscallError("setsockopt", err)
 	}
 	if keepAlive < 0 {
 		return nil
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1); err != nil {
+	if err := rawSetsockopt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1); err != nil {
 		return os.NewSyscallError("setsockopt", err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, max(int(keepAlive/time.Second), 1)); err != nil {
+	if err := rawSetsockopt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, max(int(keepAlive/time.Second), 1)); err != nil {
 		return os.NewSyscallError("setsockopt", err)
 	}
 	return nil
 }
 
 // Attach starts relaying between a (side A) and the backend this pair dialed, writing
-// preface (bytes already read from a) to the backend first. Like Start, done is called once
-// when both directions have ended; the relay closes the backend socket itself, done closes a.
+// preface (bytes already read from a) to the backend first. It takes a over: a's socket
+// leaves Go's poller (a is closed; the relay keeps a duplicate of its fd), so its events
+// wake only the relay's loop, and the relay closes both sockets when both directions have
+// ended, then calls done. On an error, nothing started and a is still the caller's.
+//
+// Why take a out of Go's poller: a socket registered in both Go's epoll set and a loop's
+// costs every one of its events three epoll callbacks instead of one (Go's set, the loop's,
+// and the loop's set waking Go's), and its netFD, pollDesc and addresses stay in memory as
+// long as the connection lives.
 func (p *Pair) Attach(a *net.TCPConn, preface []byte, o Options, done func(Result)) error {
-	fa, err := fdOf(a)
+	rc, err := a.SyscallConn()
 	if err != nil {
 		p.Abandon()
 		return err
 	}
+	fa, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fa, derr = rawDup(int(s)) }); err != nil {
+		p.Abandon()
+		return err
+	}
+	if derr != nil {
+		p.Abandon()
+		return os.NewSyscallError("fcntl", derr)
+	}
+	a.Close() // the duplicate keeps the socket open, outside Go's poller
 	p.fd[0] = fa
+	p.ownsA = true
 	p.setup(o, done, preface)
 	p.started.Store(true) // publishes the fields above to the loop
 	if err := p.register(0); err != nil {
@@ -543,7 +553,7 @@ type Pair struct {
 	dialTimedOut atomic.Bool
 	dialed       chan error // Dial's outcome, sent once by the loop
 	ep           netip.AddrPort
-	ownsB        bool // B was made by Dial: the relay closes it
+	ownsA, ownsB bool // the relay closes these sockets (Attach, Dial)
 
 	mu      sync.Mutex // guards closed, stopped and what Stop records
 	closed  bool       // the loop has ended the pair
@@ -670,7 +680,7 @@ func (p *Pair) dial(stopped bool) {
 	case p.dialTimedOut.Load():
 		err = ErrDialTimeout
 	case p.writable[1] || p.sticky[1]:
-		soerr, gerr := unix.GetsockoptInt(p.fd[1], unix.SOL_SOCKET, unix.SO_ERROR)
+		soerr, gerr := rawGetsockopt(p.fd[1], unix.SOL_SOCKET, unix.SO_ERROR)
 		switch {
 		case gerr != nil:
 			err = os.NewSyscallError("getsockopt", gerr)
@@ -849,8 +859,12 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 	l.free = append(l.free, p.slot)
 	l.mu.Unlock()
 	l.count.Add(-1)
+	// Closing takes a socket out of the epoll set too.
+	if p.ownsA {
+		rawClose(p.fd[0])
+	}
 	if p.ownsB {
-		unix.Close(p.fd[1]) // also takes it out of the epoll set
+		rawClose(p.fd[1])
 	}
 	if p.done == nil {
 		return // a dial that failed or was abandoned
@@ -892,6 +906,72 @@ func spliceRetry(from, to, n int) (int64, error) {
 			return int64(r), errno(e)
 		}
 	}
+}
+
+// rawSocket makes a non-blocking TCP socket for ep's address family.
+func rawSocket(ep netip.AddrPort) (int, error) {
+	family := unix.AF_INET
+	if !ep.Addr().Is4() {
+		family = unix.AF_INET6
+	}
+	r, _, e := unix.RawSyscall(unix.SYS_SOCKET, uintptr(family), unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	return int(r), errno(e)
+}
+
+// rawConnect starts a non-blocking connect. On loopback the kernel runs the whole handshake
+// inside this call, which can take long enough for syscall.Syscall's hand-off to let sysmon
+// retake the P (and keep sysmon polling every 20 µs): hence raw.
+func rawConnect(fd int, ep netip.AddrPort) error {
+	var (
+		sa4 unix.RawSockaddrInet4
+		sa6 unix.RawSockaddrInet6
+		ptr unsafe.Pointer
+		n   uintptr
+	)
+	port := ep.Port()
+	pb := (*[2]byte)(unsafe.Pointer(&sa4.Port))
+	if ep.Addr().Is4() {
+		sa4.Family = unix.AF_INET
+		pb[0], pb[1] = byte(port>>8), byte(port)
+		sa4.Addr = ep.Addr().As4()
+		ptr, n = unsafe.Pointer(&sa4), unsafe.Sizeof(sa4)
+	} else {
+		sa6.Family = unix.AF_INET6
+		pb = (*[2]byte)(unsafe.Pointer(&sa6.Port))
+		pb[0], pb[1] = byte(port>>8), byte(port)
+		sa6.Addr = ep.Addr().As16()
+		ptr, n = unsafe.Pointer(&sa6), unsafe.Sizeof(sa6)
+	}
+	for {
+		_, _, e := unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(ptr), n)
+		if e != unix.EINTR {
+			return errno(e)
+		}
+	}
+}
+
+func rawSetsockopt(fd, level, opt, v int) error {
+	val := int32(v)
+	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&val)), 4, 0)
+	return errno(e)
+}
+
+func rawGetsockopt(fd, level, opt int) (int, error) {
+	var val int32
+	l := uint32(4)
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&val)), uintptr(unsafe.Pointer(&l)), 0)
+	return int(val), errno(e)
+}
+
+func rawDup(fd int) (int, error) {
+	r, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	return int(r), errno(e)
+}
+
+// rawClose closes a socket; a last close with unsent data or a pending FIN runs TCP work
+// inline, like connect.
+func rawClose(fd int) {
+	unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 }
 
 // epollPoll returns the events ready now (timeout 0: it never blocks).

@@ -342,7 +342,7 @@ func TestDialAttach(t *testing.T) {
 	client, a := tcpPair(t, ln)
 	defer client.Close()
 	res := make(chan Result, 1)
-	if err := p.Attach(a, []byte("hello "), Options{}, func(x Result) { a.Close(); res <- x }); err != nil {
+	if err := p.Attach(a, []byte("hello "), Options{}, func(x Result) { res <- x }); err != nil {
 		t.Fatal(err)
 	}
 	client.Write([]byte("world"))
@@ -427,4 +427,26 @@ func TestDialFailures(t *testing.T) {
 	if r.Pairs() != 0 {
 		t.Fatalf("%d pairs left", r.Pairs())
 	}
+}
+
+// Dial speaks IPv6 too.
+func TestDialIPv6(t *testing.T) {
+	ln, err := net.ListenTCP("tcp6", &net.TCPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Fatalf("IPv6 loopback unavailable: %v", err)
+	}
+	defer ln.Close()
+	r := newRelay(t, 1)
+	accepted := make(chan *net.TCPConn, 1)
+	go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
+	p, err := r.Dial(ln.Addr().(*net.TCPAddr).AddrPort(), DialOptions{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := <-accepted
+	defer backend.Close()
+	if got := backend.RemoteAddr().(*net.TCPAddr).IP; !got.Equal(net.IPv6loopback) {
+		t.Fatalf("backend sees the dial from %v", got)
+	}
+	p.Abandon()
 }
