@@ -16,8 +16,7 @@
 // PostgreSQL bridge does):
 //
 //	p, _ := r.Start(client, backend, relay.Options{}, func(res relay.Result) {
-//		client.Close()
-//		backend.Close()
+//		// both sockets are closed: Start took them over
 //	})
 //
 // The done callback runs on a loop once both directions have ended; p.Stop ends a pair

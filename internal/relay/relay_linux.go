@@ -117,34 +117,61 @@ func (r *Relay) Pairs() int {
 }
 
 // Start relays between a and b until both directions have ended, then calls done on a loop
-// goroutine (done should not block: other pairs wait for it). The relay never closes a or b:
-// done does. Until then the caller must not read, write or close them; Pair.Stop ends the
-// pair early.
+// goroutine (done should not block: other pairs wait for it). Like Attach, it takes both
+// connections over: their sockets leave Go's poller (a and b are closed; the relay keeps
+// duplicates of their fds and closes them at the end).
 //
-// An error means nothing started and done will not be called. Once Start returns a Pair,
-// done is called exactly once, possibly before Start returns.
+// An error means nothing started, done will not be called, and a and b are still the
+// caller's. Once Start returns a Pair, done is called exactly once, possibly before Start
+// returns; Pair.Stop ends the pair early.
 func (r *Relay) Start(a, b *net.TCPConn, o Options, done func(Result)) (*Pair, error) {
-	fa, err := fdOf(a)
+	fa, err := dupOf(a)
 	if err != nil {
 		return nil, err
 	}
-	fb, err := fdOf(b)
+	fb, err := dupOf(b)
 	if err != nil {
+		rawClose(fa)
 		return nil, err
 	}
 	p := r.newPair(fa, fb)
+	p.ownsA, p.ownsB = true, true
 	p.setup(o, done, nil)
 	p.started.Store(true)
 	p.publish()
 	if err := p.register(1); err != nil {
 		p.unpublish()
+		rawClose(fa)
+		rawClose(fb)
 		return nil, err
 	}
+	a.Close()
+	b.Close()
 	if err := p.register(0); err != nil {
 		// Side B is registered and may already be moving bytes: the loop ends the pair.
 		p.stopWith(err, "")
 	}
 	return p, nil
+}
+
+// dupOf returns a duplicate of c's fd: a socket the relay can own while c is closed, which
+// takes it out of Go's poller. Why: a socket registered in both Go's epoll set and a loop's
+// costs each of its events three epoll callbacks instead of one (Go's set, the loop's, and
+// the loop's set waking Go's), and its netFD, pollDesc and addresses stay in memory as long
+// as the connection lives.
+func dupOf(c *net.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, derr = rawDup(int(s)) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, os.NewSyscallError("fcntl", derr)
+	}
+	return fd, nil
 }
 
 // newPair makes a pair for the fds on the next loop.
@@ -278,29 +305,15 @@ func setDialSockopts(fd int, keepAlive time.Duration) error {
 }
 
 // Attach starts relaying between a (side A) and the backend this pair dialed, writing
-// preface (bytes already read from a) to the backend first. It takes a over: a's socket
-// leaves Go's poller (a is closed; the relay keeps a duplicate of its fd), so its events
-// wake only the relay's loop, and the relay closes both sockets when both directions have
-// ended, then calls done. On an error, nothing started and a is still the caller's.
-//
-// Why take a out of Go's poller: a socket registered in both Go's epoll set and a loop's
-// costs every one of its events three epoll callbacks instead of one (Go's set, the loop's,
-// and the loop's set waking Go's), and its netFD, pollDesc and addresses stay in memory as
-// long as the connection lives.
+// preface (bytes already read from a) to the backend first. Like Start, it takes a over
+// (a is closed; the relay keeps a duplicate of its fd), and the relay closes both sockets
+// when both directions have ended, then calls done. On an error nothing started, the dialed
+// backend is closed, and a is still the caller's.
 func (p *Pair) Attach(a *net.TCPConn, preface []byte, o Options, done func(Result)) error {
-	rc, err := a.SyscallConn()
+	fa, err := dupOf(a)
 	if err != nil {
 		p.Abandon()
 		return err
-	}
-	fa, derr := -1, error(nil)
-	if err := rc.Control(func(s uintptr) { fa, derr = rawDup(int(s)) }); err != nil {
-		p.Abandon()
-		return err
-	}
-	if derr != nil {
-		p.Abandon()
-		return os.NewSyscallError("fcntl", derr)
 	}
 	a.Close() // the duplicate keeps the socket open, outside Go's poller
 	p.fd[0] = fa
@@ -315,18 +328,6 @@ func (p *Pair) Attach(a *net.TCPConn, preface []byte, o Options, done func(Resul
 
 // Abandon closes a dialed backend that will not be attached.
 func (p *Pair) Abandon() { p.stopWith(nil, OutcomeShutdown) }
-
-func fdOf(c *net.TCPConn) (int, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil {
-		return -1, err
-	}
-	return fd, nil
-}
 
 // watch makes sure the sweeper runs often enough for a timeout of d (idle or dial): four
 // checks per timeout, so a pair ends between d and 1.25 d after its last byte.

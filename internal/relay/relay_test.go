@@ -72,11 +72,7 @@ func start(t testing.TB, r *Relay, ln *net.TCPListener, o Options) *fixture {
 	b, backend := tcpPair(t, ln)
 	f := &fixture{client: client, backend: backend, res: make(chan Result, 1)}
 	t.Cleanup(func() { client.Close(); backend.Close() })
-	p, err := r.Start(a, b, o, func(res Result) {
-		a.Close()
-		b.Close()
-		f.res <- res
-	})
+	p, err := r.Start(a, b, o, func(res Result) { f.res <- res })
 	if err != nil {
 		t.Fatal(err)
 	}
