@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -445,4 +446,83 @@ func TestDialIPv6(t *testing.T) {
 		t.Fatalf("backend sees the dial from %v", got)
 	}
 	p.Abandon()
+}
+
+// Many pairs at once, each sending random-sized chunks both ways with random pauses and
+// half-closing at a random point: every byte arrives, in order, on every pair, through
+// buffered copies and splice bursts alike.
+func TestRandomTraffic(t *testing.T) {
+	r := newRelay(t, 2)
+	ln := listen(t)
+	const pairs = 40
+	deadline := time.Now().Add(30 * time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*pairs)
+	for i := range pairs {
+		f := start(t, r, ln, Options{})
+		f.client.SetDeadline(deadline)
+		f.backend.SetDeadline(deadline)
+		send := func(c *net.TCPConn, seed uint64) [32]byte {
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
+			h := sha256.New()
+			for range 1 + rng.IntN(30) {
+				chunk := make([]byte, 1+rng.IntN(100<<10))
+				for j := range chunk {
+					chunk[j] = byte(rng.Uint32())
+				}
+				h.Write(chunk)
+				if _, err := c.Write(chunk); err != nil {
+					errs <- err
+					break
+				}
+				if rng.IntN(4) == 0 {
+					time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+				}
+			}
+			c.CloseWrite()
+			var sum [32]byte
+			copy(sum[:], h.Sum(nil))
+			return sum
+		}
+		recv := func(c *net.TCPConn) [32]byte {
+			h := sha256.New()
+			if _, err := io.Copy(h, c); err != nil {
+				errs <- err
+			}
+			var sum [32]byte
+			copy(sum[:], h.Sum(nil))
+			return sum
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var up, down, gotUp, gotDown [32]byte
+			var inner sync.WaitGroup
+			inner.Add(3)
+			go func() { defer inner.Done(); up = send(f.client, 1) }()
+			go func() { defer inner.Done(); down = send(f.backend, 2) }()
+			go func() { defer inner.Done(); gotUp = recv(f.backend) }()
+			gotDown = recv(f.client)
+			inner.Wait()
+			if up != gotUp || down != gotDown {
+				errs <- fmt.Errorf("pair %d: bytes differ (up %v, down %v)", i, up == gotUp, down == gotDown)
+			}
+			select {
+			case res := <-f.res:
+				if res.Err != nil || res.Outcome != "" {
+					errs <- fmt.Errorf("pair %d: result %+v", i, res)
+				}
+			case <-time.After(10 * time.Second):
+				errs <- fmt.Errorf("pair %d still running after both sides closed", i)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := r.Pairs(); n != 0 {
+		t.Fatalf("%d pairs left", n)
+	}
 }
