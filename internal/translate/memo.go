@@ -8,6 +8,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/snapshot"
 )
 
 // Memo carries work from one Translate to the next, so that a change of a few routes among
@@ -24,13 +25,31 @@ import (
 //     long as everything else a route depends on (Gateways, GatewayClasses, Services,
 //     EndpointSlices, Secrets, Namespaces, ReferenceGrants and the options) is the very same
 //     set of objects as in the previous call; otherwise every route is translated again;
-//   - the precedence order of the routes, into which new routes are merged.
+//   - the precedence order of the routes, into which new routes are merged;
+//   - the route table of each TLS listener, which the next call derives with the routes
+//     that came and went instead of building it again (snapshot.HostTable.Edit).
 type Memo struct {
 	valid, nextValid map[any]bool
 
-	ctx    memoContext
-	routes map[any]*memoRoute // by route object
-	order  []*route           // the previous call's routeList
+	ctx       memoContext
+	routes    map[any]*memoRoute // by route object
+	order     []*route           // the previous call's routeList
+	listeners map[listenerKey]*memoListener
+}
+
+// listenerKey names a listener across calls: its Gateway and its index in the Gateway.
+type listenerKey struct {
+	gw    nsName
+	index int
+}
+
+// memoListener is a TLS listener's route table as the previous call built it.
+type memoListener struct {
+	routes *snapshot.HostTable[*snapshot.Route] // in the previous snapshot: never changed
+	// contested holds hostnames more than one route claimed since the table was last built
+	// in full; it only grows, so it may hold a few that are no longer contested. Only for
+	// these does a route that comes or goes need a search for the route that wins.
+	contested map[string]bool
 }
 
 // memoRoute is one route's translation and the attachments it made.
@@ -133,4 +152,5 @@ func (t *translator) saveMemo() {
 	m.ctx = t.memoCtx
 	m.routes = t.memoNext
 	m.order = t.routeList
+	m.listeners = t.listenersNext
 }

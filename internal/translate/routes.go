@@ -91,16 +91,19 @@ func (t *translator) buildRoutes() {
 	// hostname (or a TCP port) to the first route that claims it. Routes from the memo are
 	// in this order already; the others are merged in.
 	slices.SortFunc(fresh, precedence)
-	if len(t.reused) == 0 {
-		t.routeList = fresh
-	} else {
+	t.fresh = fresh
+	if t.memoOK {
 		kept := make([]*route, 0, len(t.reused))
 		for _, r := range t.opts.Memo.order {
 			if t.reused[r] != nil {
 				kept = append(kept, r)
+			} else {
+				t.removed = append(t.removed, r)
 			}
 		}
 		t.routeList = merge(kept, fresh, precedence)
+	} else {
+		t.routeList = fresh
 	}
 	for _, r := range t.routeList {
 		if mr := t.reused[r]; mr != nil {

@@ -223,6 +223,10 @@ type translator struct {
 	memoCtx  memoContext
 	reused   map[*route]*memoRoute
 	memoNext map[any]*memoRoute
+	// fresh are this call's routes not taken from the memo, in precedence order; removed
+	// are the previous call's routes that are gone (only with memoOK).
+	fresh, removed []*route
+	listenersNext  map[listenerKey]*memoListener
 }
 
 func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr) *translator {
@@ -244,6 +248,7 @@ func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr
 		t.memoOK = m.routes != nil && m.ctx.equal(t.memoCtx)
 		t.reused = map[*route]*memoRoute{}
 		t.memoNext = make(map[any]*memoRoute, len(in.TLSRoutes)+len(in.TCPRoutes)+len(in.HTTPRoutes))
+		t.listenersNext = map[listenerKey]*memoListener{}
 	}
 	for _, c := range in.GatewayClasses {
 		t.classes[c.Name] = c
@@ -717,7 +722,7 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 					ports[ap] = p
 					list = append(list, p)
 				}
-				sl := l.snapshotListener()
+				sl := t.snapshotListener(l)
 				if p.Protocol == snapshot.ProtocolTCP {
 					p.TCP = sl
 				} else {
@@ -731,7 +736,7 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 
 // snapshotListener builds the listener's routing table once; a Gateway with several
 // addresses shares it between its sockets.
-func (l *listener) snapshotListener() *snapshot.Listener {
+func (t *translator) snapshotListener(l *listener) *snapshot.Listener {
 	if l.snap != nil {
 		return l.snap
 	}
@@ -739,37 +744,125 @@ func (l *listener) snapshotListener() *snapshot.Listener {
 	if l.routeKind == kindTLSRoute || l.spec.Protocol == gwv1.HTTPSProtocolType {
 		sl.Mode = l.mode
 	}
-	if l.routeKind == kindHTTPRoute {
+	l.snap = sl
+	switch l.routeKind {
+	case kindHTTPRoute:
 		sl.HTTP = l.httpTable()
-		l.snap = sl
-		return sl
+	case kindTCPRoute:
+		if len(l.attached) > 0 {
+			sl.Route = l.attached[0].route.snap // the oldest TCPRoute takes the port
+		}
+	case kindTLSRoute:
+		key := listenerKey{l.gw.key, l.index}
+		var m *memoListener
+		if prev := t.memoListener(key); prev != nil && len(t.fresh)+len(t.removed) <= len(t.routeList)/2 {
+			sl.Routes, m = t.patchRoutes(l, prev)
+		} else {
+			m = fillRoutes(l, &sl.Routes)
+		}
+		if t.listenersNext != nil {
+			m.routes = &sl.Routes
+			t.listenersNext[key] = m
+		}
 	}
-	if l.routeKind == kindTLSRoute {
-		var exact, wild int
-		for _, a := range l.attached {
-			for _, h := range a.hostnames {
-				if isWildcard(h) {
-					wild++
-				} else {
-					exact++
+	return sl
+}
+
+// memoListener returns the previous call's table of a listener when this call's routes
+// came from the same memo.
+func (t *translator) memoListener(key listenerKey) *memoListener {
+	if !t.memoOK {
+		return nil
+	}
+	return t.opts.Memo.listeners[key]
+}
+
+// fillRoutes fills a TLS listener's route table from its attachments.
+func fillRoutes(l *listener, table *snapshot.HostTable[*snapshot.Route]) *memoListener {
+	var exact, wild int
+	for _, a := range l.attached {
+		for _, h := range a.hostnames {
+			if isWildcard(h) {
+				wild++
+			} else {
+				exact++
+			}
+		}
+	}
+	table.Reserve(exact, wild)
+	m := &memoListener{contested: map[string]bool{}}
+	for _, a := range l.attached {
+		for _, h := range a.hostnames {
+			if !table.Add(h, a.route.snap) { // first (oldest) route wins a hostname
+				m.contested[h] = true
+			}
+		}
+	}
+	return m
+}
+
+// patchRoutes derives a TLS listener's route table from the previous call's, with the
+// attachments of the routes that are gone taken out and those of the new routes put in:
+// a one-route change among 100 000 hostnames touches a few entries instead of building
+// the table again (issue 6). The result is the table fillRoutes would build: a hostname
+// belongs to the first route in precedence order that claims it, so where a hostname is
+// contested the attachments are searched for its first claimant.
+func (t *translator) patchRoutes(l *listener, prev *memoListener) (snapshot.HostTable[*snapshot.Route], *memoListener) {
+	table := prev.routes.Edit()
+	contested := prev.contested // only grows: sharing it with the previous call is fine
+	var recheck map[string]bool
+	mark := func(h string) {
+		if recheck == nil {
+			recheck = map[string]bool{}
+		}
+		recheck[h] = true
+	}
+	mine := func(ma memoAttachment) bool { return ma.gw == l.gw.key && ma.listener == l.index }
+	for _, r := range t.removed {
+		for _, ma := range t.opts.Memo.routes[r.obj].attach {
+			if !mine(ma) {
+				continue
+			}
+			for _, h := range ma.a.hostnames {
+				if v, ok := table.Get(h); ok && v == r.snap {
+					table.Delete(h)
+					if contested[h] {
+						mark(h)
+					}
 				}
 			}
 		}
-		sl.Routes.Reserve(exact, wild)
 	}
-	for _, a := range l.attached {
-		if l.routeKind == kindTCPRoute {
-			if sl.Route == nil {
-				sl.Route = a.route.snap // the oldest TCPRoute takes the port
+	for _, r := range t.fresh { // in precedence order
+		for _, ma := range t.memoNext[r.obj].attach {
+			if !mine(ma) {
+				continue
 			}
-			continue
-		}
-		for _, h := range a.hostnames {
-			sl.Routes.Add(h, a.route.snap) // first (oldest) route wins a hostname
+			for _, h := range ma.a.hostnames {
+				if recheck[h] {
+					continue
+				}
+				if !table.Add(h, r.snap) {
+					// Taken: by an older route, or by a newer one this route now beats.
+					contested[h] = true
+					mark(h)
+				}
+			}
 		}
 	}
-	l.snap = sl
-	return sl
+	if len(recheck) > 0 {
+		for h := range recheck {
+			table.Delete(h)
+		}
+		for _, a := range l.attached {
+			for _, h := range a.hostnames {
+				if recheck[h] {
+					table.Add(h, a.route.snap) // the first claimant wins
+				}
+			}
+		}
+	}
+	return table, &memoListener{contested: contested}
 }
 
 // ---- status ----
