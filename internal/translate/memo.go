@@ -29,12 +29,15 @@ import (
 //   - the route table of each TLS listener, which the next call derives with the routes
 //     that came and went instead of building it again (snapshot.HostTable.Edit).
 type Memo struct {
-	valid, nextValid map[any]bool
+	valid  map[any]bool // routes that passed validation, some maybe gone
+	nValid int          // routes of the current call in valid
 
 	ctx       memoContext
+	call      uint64             // counts Translate calls: marks the routes reused in one
 	routes    map[any]*memoRoute // by route object
 	order     []*route           // the previous call's routeList
 	listeners map[listenerKey]*memoListener
+	status    *Status // the previous call's
 }
 
 // listenerKey names a listener across calls: its Gateway and its index in the Gateway.
@@ -56,6 +59,7 @@ type memoListener struct {
 type memoRoute struct {
 	r      *route
 	attach []memoAttachment
+	call   uint64 // the last call that reused it
 }
 
 // memoAttachment locates the listener an attachment was made to: the listener objects are
@@ -106,13 +110,13 @@ func unvalidated[T comparable](routes []T, m *Memo) []T {
 	if m == nil {
 		return routes
 	}
-	if m.nextValid == nil {
-		m.nextValid = make(map[any]bool, len(m.valid))
+	if m.valid == nil {
+		m.valid = make(map[any]bool, len(routes))
 	}
 	var out []T
 	for _, r := range routes {
 		if m.valid[r] {
-			m.nextValid[r] = true
+			m.nValid++
 		} else {
 			out = append(out, r)
 		}
@@ -120,19 +124,42 @@ func unvalidated[T comparable](routes []T, m *Memo) []T {
 	return out
 }
 
-// validated records a route's validation; only routes of the current input are kept.
+// validated records a route's validation.
 func (m *Memo) validated(obj any, ok bool) {
 	if m != nil && ok {
-		m.nextValid[obj] = true
+		m.valid[obj] = true
+		m.nValid++
 	}
 }
 
-// endValidation drops the routes that are gone from the valid set.
-func (m *Memo) endValidation() {
+// endValidation drops the routes that are gone from the valid set, once they are many: the
+// set is updated in place, so a change of one route costs one insert, not a new set of all.
+// A route that is gone stays valid (objects do not change); it only takes memory.
+func (m *Memo) endValidation(in *resources.Resources) {
 	if m == nil {
 		return
 	}
-	m.valid, m.nextValid = m.nextValid, nil
+	if len(m.valid) > 2*m.nValid+64 {
+		keep := make(map[any]bool, m.nValid)
+		keepValid(keep, m.valid, in.TLSRoutes)
+		keepValid(keep, m.valid, in.TCPRoutes)
+		keepValid(keep, m.valid, in.HTTPRoutes)
+		m.valid = keep
+	}
+	m.nValid = 0
+}
+
+func keepValid[T comparable](keep, valid map[any]bool, routes []T) {
+	for _, r := range routes {
+		if valid[r] {
+			keep[r] = true
+		}
+	}
+}
+
+// reused reports whether r was taken from the memo in this call.
+func (t *translator) reused(r *route) bool {
+	return r.memo != nil && r.memo.call == t.opts.Memo.call
 }
 
 // route returns the remembered translation of a route object, or nil.
@@ -144,7 +171,7 @@ func (t *translator) memoRoute(obj any) *memoRoute {
 }
 
 // saveMemo remembers this call's route translations for the next.
-func (t *translator) saveMemo() {
+func (t *translator) saveMemo(status *Status) {
 	m := t.opts.Memo
 	if m == nil {
 		return
@@ -153,4 +180,5 @@ func (t *translator) saveMemo() {
 	m.routes = t.memoNext
 	m.order = t.routeList
 	m.listeners = t.listenersNext
+	m.status = status
 }

@@ -35,6 +35,8 @@ type route struct {
 	// uses a feature snigate does not implement, and serving it without would be wrong.
 	unsupported string
 	parents     []gwv1.RouteParentStatus
+	// memo is this route's entry in the Memo, when there is one.
+	memo *memoRoute
 }
 
 func (r *route) String() string { return r.kind + "/" + r.meta.Namespace + "/" + r.meta.Name }
@@ -43,7 +45,8 @@ func (t *translator) buildRoutes() {
 	var fresh []*route // not taken from the memo
 	add := func(obj any, build func() *route) {
 		if mr := t.memoRoute(obj); mr != nil {
-			t.reused[mr.r] = mr
+			mr.call = t.opts.Memo.call
+			t.nReused++
 			return
 		}
 		r := build()
@@ -93,12 +96,15 @@ func (t *translator) buildRoutes() {
 	slices.SortFunc(fresh, precedence)
 	t.fresh = fresh
 	if t.memoOK {
-		kept := make([]*route, 0, len(t.reused))
+		// The memo's map of routes is updated in place: a change costs the routes that
+		// changed, not a new map of them all.
+		kept := make([]*route, 0, t.nReused)
 		for _, r := range t.opts.Memo.order {
-			if t.reused[r] != nil {
+			if t.reused(r) {
 				kept = append(kept, r)
 			} else {
-				t.removed = append(t.removed, r)
+				t.removed = append(t.removed, r.memo)
+				delete(t.memoNext, r.obj)
 			}
 		}
 		t.routeList = merge(kept, fresh, precedence)
@@ -106,16 +112,16 @@ func (t *translator) buildRoutes() {
 		t.routeList = fresh
 	}
 	for _, r := range t.routeList {
-		if mr := t.reused[r]; mr != nil {
-			for _, ma := range mr.attach {
+		if t.reused(r) {
+			for _, ma := range r.memo.attach {
 				t.gwByName[ma.gw].listeners[ma.listener].attach(ma.a)
 			}
-			t.memoNext[r.obj] = mr
 			continue
 		}
 		var mr *memoRoute
 		if t.memoNext != nil {
 			mr = &memoRoute{r: r}
+			r.memo = mr
 			t.memoNext[r.obj] = mr
 		}
 		t.resolveBackends(r)
@@ -166,10 +172,15 @@ func merge[T any](a, b []T, compare func(x, y T) int) []T {
 
 // attach adds a route's attachment, once per route.
 func (l *listener) attach(a *attachment) {
-	if !l.attachedSet[a.route] {
-		l.attachedSet[a.route] = true
+	if !l.attachedTo(a.route) {
 		l.attached = append(l.attached, a)
 	}
+}
+
+// attachedTo reports whether r is attached to the listener. Routes attach one after the
+// other in precedence order, so only the last attachment can be r's: no set is needed.
+func (l *listener) attachedTo(r *route) bool {
+	return len(l.attached) > 0 && l.attached[len(l.attached)-1].route == r
 }
 
 // attach binds a route to the listeners of gw its parentRef selects and reports the result;
@@ -253,7 +264,7 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 			if !m.l.programmed() {
 				idle = append(idle, string(m.l.spec.Name))
 			}
-			if !m.l.attachedSet[r] {
+			if !m.l.attachedTo(r) {
 				a := &attachment{route: r, hostnames: m.hosts}
 				m.l.attach(a)
 				if mr != nil {

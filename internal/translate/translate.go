@@ -179,7 +179,7 @@ func Translate(in *resources.Resources, opts Options) *Result {
 		return &Result{Errors: []error{fmt.Errorf("options: DefaultBindAddress %q is not an IP address", opts.DefaultBindAddress)}}
 	}
 	errs := validate(in, opts.Memo)
-	opts.Memo.endValidation()
+	opts.Memo.endValidation(in)
 	if len(errs) > 0 {
 		return &Result{Errors: errs}
 	}
@@ -189,7 +189,7 @@ func Translate(in *resources.Resources, opts Options) *Result {
 	t.claimPorts()
 	t.buildRoutes()
 	r := &Result{Snapshot: t.snapshot(), Status: t.status()}
-	t.saveMemo()
+	t.saveMemo(r.Status)
 	return r
 }
 
@@ -221,12 +221,13 @@ type translator struct {
 	// the routes taken from it, and what to remember for the next call.
 	memoOK   bool
 	memoCtx  memoContext
-	reused   map[*route]*memoRoute
+	nReused  int
 	memoNext map[any]*memoRoute
 	// fresh are this call's routes not taken from the memo, in precedence order; removed
 	// are the previous call's routes that are gone (only with memoOK).
-	fresh, removed []*route
-	listenersNext  map[listenerKey]*memoListener
+	fresh         []*route
+	removed       []*memoRoute
+	listenersNext map[listenerKey]*memoListener
 }
 
 func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr) *translator {
@@ -246,8 +247,12 @@ func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr
 	if m := opts.Memo; m != nil {
 		t.memoCtx = newMemoContext(in, opts)
 		t.memoOK = m.routes != nil && m.ctx.equal(t.memoCtx)
-		t.reused = map[*route]*memoRoute{}
-		t.memoNext = make(map[any]*memoRoute, len(in.TLSRoutes)+len(in.TCPRoutes)+len(in.HTTPRoutes))
+		m.call++
+		if t.memoOK {
+			t.memoNext = m.routes
+		} else {
+			t.memoNext = make(map[any]*memoRoute, len(in.TLSRoutes)+len(in.TCPRoutes)+len(in.HTTPRoutes))
+		}
 		t.listenersNext = map[listenerKey]*memoListener{}
 	}
 	for _, c := range in.GatewayClasses {
@@ -402,9 +407,8 @@ type listener struct {
 	refsMsg    string
 	tlsConfig  *tls.Config
 
-	attached    []*attachment // in route precedence order
-	attachedSet map[*route]bool
-	snap        *snapshot.Listener
+	attached []*attachment // in route precedence order
+	snap     *snapshot.Listener
 }
 
 type attachment struct {
@@ -481,7 +485,7 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 }
 
 func (t *translator) listener(gw *gateway, spec *gwv1.Listener) *listener {
-	l := &listener{gw: gw, spec: spec, supportedKinds: []gwv1.RouteGroupKind{}, attachedSet: map[*route]bool{}}
+	l := &listener{gw: gw, spec: spec, supportedKinds: []gwv1.RouteGroupKind{}}
 	if spec.Hostname != nil {
 		l.hostname = strings.ToLower(string(*spec.Hostname))
 	}
@@ -818,8 +822,9 @@ func (t *translator) patchRoutes(l *listener, prev *memoListener) (snapshot.Host
 		recheck[h] = true
 	}
 	mine := func(ma memoAttachment) bool { return ma.gw == l.gw.key && ma.listener == l.index }
-	for _, r := range t.removed {
-		for _, ma := range t.opts.Memo.routes[r.obj].attach {
+	for _, mr := range t.removed {
+		r := mr.r
+		for _, ma := range mr.attach {
 			if !mine(ma) {
 				continue
 			}
@@ -872,28 +877,84 @@ func (t *translator) status() *Status {
 	for _, gw := range t.gateways {
 		s.Gateways = append(s.Gateways, GatewayStatus{Namespace: gw.key.ns, Name: gw.key.name, Status: t.gatewayStatus(gw)})
 	}
-	for _, r := range t.routeList {
+	sortStatus(s.GatewayClasses)
+	sortStatus(s.Gateways)
+	// With the memo, the routes' status lists are the previous call's without the routes
+	// that are gone and with the new ones: an unchanged route's status is the same, and a
+	// one-route change should not sort 100 000 entries again (issue 6).
+	routes, gone := t.routeList, map[string]map[nsName]bool(nil)
+	prev := t.memoStatus()
+	if prev != nil {
+		routes, gone = t.fresh, map[string]map[nsName]bool{}
+		for _, mr := range t.removed {
+			r := mr.r
+			if len(r.parents) > 0 {
+				if gone[r.kind] == nil {
+					gone[r.kind] = map[nsName]bool{}
+				}
+				gone[r.kind][nsName{r.meta.Namespace, r.meta.Name}] = true
+			}
+		}
+	}
+	var tls []TLSRouteStatus
+	var tcp []TCPRouteStatus
+	var http []HTTPRouteStatus
+	for _, r := range routes {
 		if len(r.parents) == 0 {
 			continue
 		}
 		switch r.kind {
 		case kindTLSRoute:
-			s.TLSRoutes = append(s.TLSRoutes, TLSRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+			tls = append(tls, TLSRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
 				Status: gwv1.TLSRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
 		case kindTCPRoute:
-			s.TCPRoutes = append(s.TCPRoutes, TCPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+			tcp = append(tcp, TCPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
 				Status: gwv1.TCPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
 		case kindHTTPRoute:
-			s.HTTPRoutes = append(s.HTTPRoutes, HTTPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+			http = append(http, HTTPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
 				Status: gwv1.HTTPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
 		}
 	}
-	sortStatus(s.GatewayClasses)
-	sortStatus(s.Gateways)
-	sortStatus(s.TLSRoutes)
-	sortStatus(s.TCPRoutes)
-	sortStatus(s.HTTPRoutes)
+	sortStatus(tls)
+	sortStatus(tcp)
+	sortStatus(http)
+	if prev == nil {
+		s.TLSRoutes, s.TCPRoutes, s.HTTPRoutes = tls, tcp, http
+	} else {
+		s.TLSRoutes = patchStatus(prev.TLSRoutes, gone[kindTLSRoute], tls)
+		s.TCPRoutes = patchStatus(prev.TCPRoutes, gone[kindTCPRoute], tcp)
+		s.HTTPRoutes = patchStatus(prev.HTTPRoutes, gone[kindHTTPRoute], http)
+	}
 	return s
+}
+
+// memoStatus returns the previous call's status when this call's routes came from the
+// same memo.
+func (t *translator) memoStatus() *Status {
+	if !t.memoOK || len(t.fresh)+len(t.removed) > len(t.routeList)/2 {
+		return nil
+	}
+	return t.opts.Memo.status
+}
+
+// patchStatus merges the sorted list of new routes' status into the previous sorted list
+// without the routes that are gone. A route's namespace and name are unique in its kind,
+// so a replaced route (gone and new under one name) is its new entry only.
+func patchStatus[T any](prev []ObjectStatus[T], gone map[nsName]bool, fresh []ObjectStatus[T]) []ObjectStatus[T] {
+	if len(gone) == 0 && len(fresh) == 0 {
+		return prev
+	}
+	out := make([]ObjectStatus[T], 0, len(prev)+len(fresh))
+	for _, o := range prev {
+		if gone[nsName{o.Namespace, o.Name}] {
+			continue
+		}
+		for len(fresh) > 0 && compareStatus(fresh[0], o) < 0 {
+			out, fresh = append(out, fresh[0]), fresh[1:]
+		}
+		out = append(out, o)
+	}
+	return append(out, fresh...)
 }
 
 func (t *translator) gatewayStatus(gw *gateway) gwv1.GatewayStatus {
