@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -272,7 +273,7 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 				}
 			}
 		}
-		msg := fmt.Sprintf("Route is attached to listeners %s of Gateway %s", strings.Join(names, ", "), gw.key)
+		msg := "Route is attached to listeners " + strings.Join(names, ", ") + " of Gateway " + gw.key.String()
 		switch {
 		case gw.rejected():
 			msg += "; nothing is served: the Gateway is not accepted"
@@ -361,7 +362,7 @@ func (t *translator) backend(r *route, ref gwv1.BackendRef) (snapshot.Backend, g
 	if ref.Port != nil {
 		port = *ref.Port
 	}
-	b := snapshot.Backend{Name: fmt.Sprintf("%s/%s:%d", ns, ref.Name, port), Weight: weight}
+	b := snapshot.Backend{Name: ns + "/" + string(ref.Name) + ":" + strconv.Itoa(int(port)), Weight: weight}
 	if group != "" || kind != kindService {
 		b.Name = groupKind(group, kind) + " " + ns + "/" + string(ref.Name)
 		return b, gwv1.RouteReasonInvalidKind, fmt.Sprintf("%s is not supported, only core Services", groupKind(group, kind))
