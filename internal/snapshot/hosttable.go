@@ -10,7 +10,9 @@ import (
 // catch-all entry (a listener without hostname). A wildcard "*.example.com" matches one or
 // more labels in front of "example.com" and never "example.com" itself.
 //
-// A HostTable is built with Add and then only read. Its zero value is an empty table.
+// A HostTable is built with Add and then only read. Its zero value is an empty table. Edit
+// derives a changed copy that shares the unchanged entries, so that a new snapshot after a
+// one-route change does not copy a table of 100 000 names (issue 6).
 type HostTable[T any] struct {
 	exact map[string]T
 	// wild is keyed by the wildcard's suffix including the leading dot: ".example.com".
@@ -18,7 +20,22 @@ type HostTable[T any] struct {
 	any    T
 	hasAny bool
 	// maxWildLabels bounds the suffixes Lookup needs to try; 0 when there is no wildcard.
+	// After a Delete it may be larger than needed, which only costs a map lookup.
 	maxWildLabels int
+
+	// A table made by Edit shares exact and wild with the table it came from and never
+	// writes them: its changes are in over, keyed like exact and wild (exact names never
+	// start with a dot, wildcard suffixes always do), which Lookup consults first.
+	shared bool
+	over   map[string]overEntry[T]
+	// overLen is what over adds to len(exact)+len(wild): entries set minus entries deleted.
+	overLen int
+}
+
+// overEntry is a changed entry: a new value, or a deleted one.
+type overEntry[T any] struct {
+	v       T
+	deleted bool
 }
 
 // Reserve makes room for exact names and wildcards before Adds: building a table of 100 000
@@ -37,6 +54,13 @@ func (t *HostTable[T]) Reserve(exact, wild int) {
 // "" for the catch-all. It reports false and changes nothing when the pattern is taken: the
 // first value added wins, so callers add in precedence order (oldest route first).
 func (t *HostTable[T]) Add(pattern string, v T) bool {
+	if t.shared {
+		if _, ok := t.Get(pattern); ok {
+			return false
+		}
+		t.Set(pattern, v)
+		return true
+	}
 	switch {
 	case pattern == "" || pattern == "*":
 		if t.hasAny {
@@ -70,6 +94,9 @@ func (t *HostTable[T]) Add(pattern string, v T) bool {
 // Lookup returns the value for a normalized name (lower-case, no trailing dot). It does not
 // allocate: map lookups keyed by string(b) are compiled without a copy.
 func (t *HostTable[T]) Lookup(name []byte) (T, bool) {
+	if len(t.over) > 0 {
+		return t.lookupOver(name)
+	}
 	if v, ok := t.exact[string(name)]; ok {
 		return v, true
 	}
@@ -103,9 +130,158 @@ func (t *HostTable[T]) Lookup(name []byte) (T, bool) {
 	return zero, false
 }
 
+// lookupOver is Lookup for a table with changes in over: every map lookup looks at over
+// first. It is a copy of Lookup's loop rather than a branch inside it, so the common table
+// (no changes) pays nothing for them.
+func (t *HostTable[T]) lookupOver(name []byte) (T, bool) {
+	if v, ok := t.get(string(name), t.exact); ok {
+		return v, true
+	}
+	if t.maxWildLabels > 0 {
+		dots := 0
+		for _, c := range name {
+			if c == '.' {
+				dots++
+			}
+		}
+		for i, c := range name {
+			if c != '.' {
+				continue
+			}
+			if i > 0 && dots <= t.maxWildLabels {
+				if v, ok := t.get(string(name[i:]), t.wild); ok {
+					return v, true
+				}
+			}
+			dots--
+		}
+	}
+	if t.hasAny {
+		return t.any, true
+	}
+	var zero T
+	return zero, false
+}
+
+// get looks a key up in over, then in base (exact or wild).
+func (t *HostTable[T]) get(key string, base map[string]T) (T, bool) {
+	if e, ok := t.over[key]; ok {
+		return e.v, !e.deleted
+	}
+	v, ok := base[key]
+	return v, ok
+}
+
+// key returns the map key of a pattern and the base map it belongs in; any is true for
+// the catch-all.
+func (t *HostTable[T]) key(pattern string) (key string, base map[string]T, any bool) {
+	switch {
+	case pattern == "" || pattern == "*":
+		return "", nil, true
+	case strings.HasPrefix(pattern, "*."):
+		return pattern[1:], t.wild, false
+	}
+	return pattern, t.exact, false
+}
+
+// Get returns the value of a pattern (not a lookup: "*.example.com" is the wildcard entry).
+func (t *HostTable[T]) Get(pattern string) (T, bool) {
+	key, base, any := t.key(pattern)
+	if any {
+		return t.any, t.hasAny
+	}
+	return t.get(key, base)
+}
+
+// Edit returns a copy of t to change with Set and Delete while t keeps serving: the copy
+// shares t's maps and keeps its own changes on top of them, so it costs the number of
+// changes since the last full copy, not the size of the table. When those changes grow
+// past an eighth of the table, Edit makes a full copy and starts over. t must not be
+// changed afterwards (it is part of a published snapshot anyway).
+func (t *HostTable[T]) Edit() HostTable[T] {
+	c := *t
+	c.shared = true
+	if len(t.over) > 64+(len(t.exact)+len(t.wild))/8 {
+		c.exact = make(map[string]T, len(t.exact)+t.overLen)
+		c.wild = make(map[string]T, len(t.wild))
+		for k, v := range t.exact {
+			c.exact[k] = v
+		}
+		for k, v := range t.wild {
+			c.wild[k] = v
+		}
+		for k, e := range t.over {
+			m := c.exact
+			if strings.HasPrefix(k, ".") {
+				m = c.wild
+			}
+			if e.deleted {
+				delete(m, k)
+			} else {
+				m[k] = e.v
+			}
+		}
+		c.over, c.overLen = nil, 0
+		return c
+	}
+	c.over = make(map[string]overEntry[T], len(t.over)+4)
+	for k, e := range t.over {
+		c.over[k] = e
+	}
+	return c
+}
+
+// Set gives a pattern a value, replacing the one it has. Only on a table made by Edit.
+func (t *HostTable[T]) Set(pattern string, v T) {
+	t.mustBeEdit()
+	key, base, any := t.key(pattern)
+	if any {
+		t.any, t.hasAny = v, true
+		return
+	}
+	if _, had := t.get(key, base); !had {
+		t.overLen++
+	}
+	if t.over == nil {
+		t.over = map[string]overEntry[T]{}
+	}
+	t.over[key] = overEntry[T]{v: v}
+	if strings.HasPrefix(key, ".") {
+		if n := strings.Count(key, "."); n > t.maxWildLabels {
+			t.maxWildLabels = n
+		}
+	}
+}
+
+// Delete removes a pattern. Only on a table made by Edit.
+func (t *HostTable[T]) Delete(pattern string) {
+	t.mustBeEdit()
+	key, base, any := t.key(pattern)
+	if any {
+		var zero T
+		t.any, t.hasAny = zero, false
+		return
+	}
+	if _, had := t.get(key, base); !had {
+		return
+	}
+	t.overLen--
+	if _, inBase := base[key]; inBase {
+		t.over[key] = overEntry[T]{deleted: true}
+	} else {
+		delete(t.over, key) // set since the last full copy: forget it
+	}
+}
+
+func (t *HostTable[T]) mustBeEdit() {
+	if !t.shared {
+		panic("snapshot: HostTable.Set or Delete on a table not made by Edit")
+	}
+}
+
 // Len is the number of entries.
 func (t *HostTable[T]) Len() int {
-	n := len(t.exact) + len(t.wild)
+	n := len(t.exact) + len(t.wild) + t.overLen
 	if t.hasAny {
 		n++
 	}
@@ -122,14 +298,27 @@ type Entry[T any] struct {
 // longest suffix, then the catch-all.
 func (t *HostTable[T]) Entries() []Entry[T] {
 	out := make([]Entry[T], 0, t.Len())
+	var w []Entry[T]
 	for k, v := range t.exact {
-		out = append(out, Entry[T]{k, v})
+		if _, changed := t.over[k]; !changed {
+			out = append(out, Entry[T]{k, v})
+		}
+	}
+	for k, v := range t.wild {
+		if _, changed := t.over[k]; !changed {
+			w = append(w, Entry[T]{"*" + k, v})
+		}
+	}
+	for k, e := range t.over {
+		switch {
+		case e.deleted:
+		case strings.HasPrefix(k, "."):
+			w = append(w, Entry[T]{"*" + k, e.v})
+		default:
+			out = append(out, Entry[T]{k, e.v})
+		}
 	}
 	sortEntries(out, func(a, b string) bool { return a < b })
-	w := make([]Entry[T], 0, len(t.wild))
-	for k, v := range t.wild {
-		w = append(w, Entry[T]{"*" + k, v})
-	}
 	sortEntries(w, func(a, b string) bool {
 		if len(a) != len(b) {
 			return len(a) > len(b)

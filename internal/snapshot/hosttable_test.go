@@ -183,3 +183,95 @@ func TestReserve(t *testing.T) {
 		}
 	}
 }
+
+// TestHostTableEdit checks an edited table against one built from scratch with the same
+// entries, through several generations of edits (some past the full-copy threshold), and
+// that the table it came from is unchanged.
+func TestHostTableEdit(t *testing.T) {
+	want := map[string]int{}
+	var base HostTable[int]
+	for i := range 200 {
+		p := fmt.Sprintf("h%d.example.com", i)
+		if i%10 == 0 {
+			p = fmt.Sprintf("*.w%d.example.com", i)
+		}
+		base.Add(p, i)
+		want[p] = i
+	}
+	base.Add("", -1)
+	want[""] = -1
+	check := func(tb *HostTable[int], want map[string]int) {
+		t.Helper()
+		var fresh HostTable[int]
+		for p, v := range want {
+			fresh.Add(p, v)
+		}
+		if tb.Len() != fresh.Len() {
+			t.Fatalf("Len = %d, want %d", tb.Len(), fresh.Len())
+		}
+		if got, exp := fmt.Sprint(tb.Entries()), fmt.Sprint(fresh.Entries()); got != exp {
+			t.Fatalf("Entries differ:\n got %s\nwant %s", got, exp)
+		}
+		for i := range 300 {
+			for _, name := range []string{fmt.Sprintf("h%d.example.com", i), fmt.Sprintf("x.w%d.example.com", i), "a.b.c.w10.example.com", "other"} {
+				g, gok := tb.Lookup([]byte(name))
+				w, wok := fresh.Lookup([]byte(name))
+				if g != w || gok != wok {
+					t.Fatalf("Lookup(%s) = %d, %v; want %d, %v", name, g, gok, w, wok)
+				}
+			}
+		}
+	}
+	cur := &base
+	baseEntries := fmt.Sprint(base.Entries())
+	for gen := range 40 {
+		next := cur.Edit()
+		for j := range 5 {
+			n := gen*5 + j
+			switch j {
+			case 0: // delete an exact name, maybe one already gone
+				p := fmt.Sprintf("h%d.example.com", n)
+				next.Delete(p)
+				delete(want, p)
+			case 1: // replace a value
+				p := fmt.Sprintf("h%d.example.com", n+1)
+				if _, ok := want[p]; ok {
+					next.Set(p, 1000+n)
+					want[p] = 1000 + n
+				}
+			case 2: // a new exact name, then deleted again in a later generation
+				p := fmt.Sprintf("new%d.example.com", n)
+				if !next.Add(p, n) {
+					t.Fatalf("Add(%s) refused", p)
+				}
+				want[p] = n
+				old := fmt.Sprintf("new%d.example.com", n-10)
+				next.Delete(old)
+				delete(want, old)
+			case 3: // wildcards, deeper than any before
+				p := fmt.Sprintf("*.a.b.w%d.example.com", n)
+				next.Set(p, n)
+				want[p] = n
+				q := fmt.Sprintf("*.w%d.example.com", n-n%10)
+				next.Delete(q)
+				delete(want, q)
+			case 4: // a taken pattern is refused
+				for p := range want {
+					if next.Add(p, -5) {
+						t.Fatalf("Add(%q) accepted a taken pattern", p)
+					}
+					break
+				}
+			}
+		}
+		if gen == 20 {
+			next.Delete("")
+			delete(want, "")
+		}
+		check(&next, want)
+		cur = &next
+	}
+	if got := fmt.Sprint(base.Entries()); got != baseEntries {
+		t.Fatal("Edit changed the table it came from")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/snapshot"
 )
 
 // Memo carries work from one Translate to the next, so that a change of a few routes among
@@ -24,19 +25,41 @@ import (
 //     long as everything else a route depends on (Gateways, GatewayClasses, Services,
 //     EndpointSlices, Secrets, Namespaces, ReferenceGrants and the options) is the very same
 //     set of objects as in the previous call; otherwise every route is translated again;
-//   - the precedence order of the routes, into which new routes are merged.
+//   - the precedence order of the routes, into which new routes are merged;
+//   - the route table of each TLS listener, which the next call derives with the routes
+//     that came and went instead of building it again (snapshot.HostTable.Edit).
 type Memo struct {
-	valid, nextValid map[any]bool
+	valid  map[any]bool // routes that passed validation, some maybe gone
+	nValid int          // routes of the current call in valid
 
-	ctx    memoContext
-	routes map[any]*memoRoute // by route object
-	order  []*route           // the previous call's routeList
+	ctx       memoContext
+	call      uint64             // counts Translate calls: marks the routes reused in one
+	routes    map[any]*memoRoute // by route object
+	order     []*route           // the previous call's routeList
+	listeners map[listenerKey]*memoListener
+	status    *Status // the previous call's
+}
+
+// listenerKey names a listener across calls: its Gateway and its index in the Gateway.
+type listenerKey struct {
+	gw    nsName
+	index int
+}
+
+// memoListener is a TLS listener's route table as the previous call built it.
+type memoListener struct {
+	routes *snapshot.HostTable[*snapshot.Route] // in the previous snapshot: never changed
+	// contested holds hostnames more than one route claimed since the table was last built
+	// in full; it only grows, so it may hold a few that are no longer contested. Only for
+	// these does a route that comes or goes need a search for the route that wins.
+	contested map[string]bool
 }
 
 // memoRoute is one route's translation and the attachments it made.
 type memoRoute struct {
 	r      *route
 	attach []memoAttachment
+	call   uint64 // the last call that reused it
 }
 
 // memoAttachment locates the listener an attachment was made to: the listener objects are
@@ -87,13 +110,13 @@ func unvalidated[T comparable](routes []T, m *Memo) []T {
 	if m == nil {
 		return routes
 	}
-	if m.nextValid == nil {
-		m.nextValid = make(map[any]bool, len(m.valid))
+	if m.valid == nil {
+		m.valid = make(map[any]bool, len(routes))
 	}
 	var out []T
 	for _, r := range routes {
 		if m.valid[r] {
-			m.nextValid[r] = true
+			m.nValid++
 		} else {
 			out = append(out, r)
 		}
@@ -101,19 +124,42 @@ func unvalidated[T comparable](routes []T, m *Memo) []T {
 	return out
 }
 
-// validated records a route's validation; only routes of the current input are kept.
+// validated records a route's validation.
 func (m *Memo) validated(obj any, ok bool) {
 	if m != nil && ok {
-		m.nextValid[obj] = true
+		m.valid[obj] = true
+		m.nValid++
 	}
 }
 
-// endValidation drops the routes that are gone from the valid set.
-func (m *Memo) endValidation() {
+// endValidation drops the routes that are gone from the valid set, once they are many: the
+// set is updated in place, so a change of one route costs one insert, not a new set of all.
+// A route that is gone stays valid (objects do not change); it only takes memory.
+func (m *Memo) endValidation(in *resources.Resources) {
 	if m == nil {
 		return
 	}
-	m.valid, m.nextValid = m.nextValid, nil
+	if len(m.valid) > 2*m.nValid+64 {
+		keep := make(map[any]bool, m.nValid)
+		keepValid(keep, m.valid, in.TLSRoutes)
+		keepValid(keep, m.valid, in.TCPRoutes)
+		keepValid(keep, m.valid, in.HTTPRoutes)
+		m.valid = keep
+	}
+	m.nValid = 0
+}
+
+func keepValid[T comparable](keep, valid map[any]bool, routes []T) {
+	for _, r := range routes {
+		if valid[r] {
+			keep[r] = true
+		}
+	}
+}
+
+// reused reports whether r was taken from the memo in this call.
+func (t *translator) reused(r *route) bool {
+	return r.memo != nil && r.memo.call == t.opts.Memo.call
 }
 
 // route returns the remembered translation of a route object, or nil.
@@ -125,7 +171,7 @@ func (t *translator) memoRoute(obj any) *memoRoute {
 }
 
 // saveMemo remembers this call's route translations for the next.
-func (t *translator) saveMemo() {
+func (t *translator) saveMemo(status *Status) {
 	m := t.opts.Memo
 	if m == nil {
 		return
@@ -133,4 +179,6 @@ func (t *translator) saveMemo() {
 	m.ctx = t.memoCtx
 	m.routes = t.memoNext
 	m.order = t.routeList
+	m.listeners = t.listenersNext
+	m.status = status
 }

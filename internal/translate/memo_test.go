@@ -107,3 +107,26 @@ func TestMemoReuses(t *testing.T) {
 		t.Errorf("%d routes remembered as valid, want every route", len(memo.valid))
 	}
 }
+
+// Routes that are gone are dropped from the memo's valid set once they outnumber the others,
+// and the output stays the same throughout.
+func TestMemoForgets(t *testing.T) {
+	res, err := file.Load("testdata/precedence.in.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	memo := &Memo{}
+	routes := len(res.TLSRoutes) + len(res.TCPRoutes) + len(res.HTTPRoutes)
+	for i := range 200 {
+		r := *res
+		r.TLSRoutes = slices.Clone(res.TLSRoutes)
+		r.TLSRoutes[i%len(r.TLSRoutes)] = r.TLSRoutes[i%len(r.TLSRoutes)].DeepCopy()
+		withMemo(t, "copy", &r, memo)
+		if len(memo.valid) > 2*routes+64+1 {
+			t.Fatalf("after %d changes the memo holds %d valid routes for %d routes", i+1, len(memo.valid), routes)
+		}
+	}
+	if len(memo.routes) != routes {
+		t.Errorf("the memo holds %d translated routes, want %d", len(memo.routes), routes)
+	}
+}

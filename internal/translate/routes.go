@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +36,8 @@ type route struct {
 	// uses a feature snigate does not implement, and serving it without would be wrong.
 	unsupported string
 	parents     []gwv1.RouteParentStatus
+	// memo is this route's entry in the Memo, when there is one.
+	memo *memoRoute
 }
 
 func (r *route) String() string { return r.kind + "/" + r.meta.Namespace + "/" + r.meta.Name }
@@ -43,7 +46,8 @@ func (t *translator) buildRoutes() {
 	var fresh []*route // not taken from the memo
 	add := func(obj any, build func() *route) {
 		if mr := t.memoRoute(obj); mr != nil {
-			t.reused[mr.r] = mr
+			mr.call = t.opts.Memo.call
+			t.nReused++
 			return
 		}
 		r := build()
@@ -91,28 +95,34 @@ func (t *translator) buildRoutes() {
 	// hostname (or a TCP port) to the first route that claims it. Routes from the memo are
 	// in this order already; the others are merged in.
 	slices.SortFunc(fresh, precedence)
-	if len(t.reused) == 0 {
-		t.routeList = fresh
-	} else {
-		kept := make([]*route, 0, len(t.reused))
+	t.fresh = fresh
+	if t.memoOK {
+		// The memo's map of routes is updated in place: a change costs the routes that
+		// changed, not a new map of them all.
+		kept := make([]*route, 0, t.nReused)
 		for _, r := range t.opts.Memo.order {
-			if t.reused[r] != nil {
+			if t.reused(r) {
 				kept = append(kept, r)
+			} else {
+				t.removed = append(t.removed, r.memo)
+				delete(t.memoNext, r.obj)
 			}
 		}
 		t.routeList = merge(kept, fresh, precedence)
+	} else {
+		t.routeList = fresh
 	}
 	for _, r := range t.routeList {
-		if mr := t.reused[r]; mr != nil {
-			for _, ma := range mr.attach {
+		if t.reused(r) {
+			for _, ma := range r.memo.attach {
 				t.gwByName[ma.gw].listeners[ma.listener].attach(ma.a)
 			}
-			t.memoNext[r.obj] = mr
 			continue
 		}
 		var mr *memoRoute
 		if t.memoNext != nil {
 			mr = &memoRoute{r: r}
+			r.memo = mr
 			t.memoNext[r.obj] = mr
 		}
 		t.resolveBackends(r)
@@ -163,10 +173,15 @@ func merge[T any](a, b []T, compare func(x, y T) int) []T {
 
 // attach adds a route's attachment, once per route.
 func (l *listener) attach(a *attachment) {
-	if !l.attachedSet[a.route] {
-		l.attachedSet[a.route] = true
+	if !l.attachedTo(a.route) {
 		l.attached = append(l.attached, a)
 	}
+}
+
+// attachedTo reports whether r is attached to the listener. Routes attach one after the
+// other in precedence order, so only the last attachment can be r's: no set is needed.
+func (l *listener) attachedTo(r *route) bool {
+	return len(l.attached) > 0 && l.attached[len(l.attached)-1].route == r
 }
 
 // attach binds a route to the listeners of gw its parentRef selects and reports the result;
@@ -250,7 +265,7 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 			if !m.l.programmed() {
 				idle = append(idle, string(m.l.spec.Name))
 			}
-			if !m.l.attachedSet[r] {
+			if !m.l.attachedTo(r) {
 				a := &attachment{route: r, hostnames: m.hosts}
 				m.l.attach(a)
 				if mr != nil {
@@ -258,7 +273,7 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 				}
 			}
 		}
-		msg := fmt.Sprintf("Route is attached to listeners %s of Gateway %s", strings.Join(names, ", "), gw.key)
+		msg := "Route is attached to listeners " + strings.Join(names, ", ") + " of Gateway " + gw.key.String()
 		switch {
 		case gw.rejected():
 			msg += "; nothing is served: the Gateway is not accepted"
@@ -347,7 +362,7 @@ func (t *translator) backend(r *route, ref gwv1.BackendRef) (snapshot.Backend, g
 	if ref.Port != nil {
 		port = *ref.Port
 	}
-	b := snapshot.Backend{Name: fmt.Sprintf("%s/%s:%d", ns, ref.Name, port), Weight: weight}
+	b := snapshot.Backend{Name: ns + "/" + string(ref.Name) + ":" + strconv.Itoa(int(port)), Weight: weight}
 	if group != "" || kind != kindService {
 		b.Name = groupKind(group, kind) + " " + ns + "/" + string(ref.Name)
 		return b, gwv1.RouteReasonInvalidKind, fmt.Sprintf("%s is not supported, only core Services", groupKind(group, kind))

@@ -80,9 +80,11 @@ func find[T any](list []ObjectStatus[T], namespace, name string) *T {
 }
 
 func sortStatus[T any](list []ObjectStatus[T]) {
-	slices.SortFunc(list, func(a, b ObjectStatus[T]) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(list, compareStatus[T])
+}
+
+func compareStatus[T any](a, b ObjectStatus[T]) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
 // conditions builds a condition list for one object generation at one time.

@@ -179,7 +179,7 @@ func Translate(in *resources.Resources, opts Options) *Result {
 		return &Result{Errors: []error{fmt.Errorf("options: DefaultBindAddress %q is not an IP address", opts.DefaultBindAddress)}}
 	}
 	errs := validate(in, opts.Memo)
-	opts.Memo.endValidation()
+	opts.Memo.endValidation(in)
 	if len(errs) > 0 {
 		return &Result{Errors: errs}
 	}
@@ -189,7 +189,7 @@ func Translate(in *resources.Resources, opts Options) *Result {
 	t.claimPorts()
 	t.buildRoutes()
 	r := &Result{Snapshot: t.snapshot(), Status: t.status()}
-	t.saveMemo()
+	t.saveMemo(r.Status)
 	return r
 }
 
@@ -221,8 +221,13 @@ type translator struct {
 	// the routes taken from it, and what to remember for the next call.
 	memoOK   bool
 	memoCtx  memoContext
-	reused   map[*route]*memoRoute
+	nReused  int
 	memoNext map[any]*memoRoute
+	// fresh are this call's routes not taken from the memo, in precedence order; removed
+	// are the previous call's routes that are gone (only with memoOK).
+	fresh         []*route
+	removed       []*memoRoute
+	listenersNext map[listenerKey]*memoListener
 }
 
 func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr) *translator {
@@ -242,8 +247,13 @@ func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr
 	if m := opts.Memo; m != nil {
 		t.memoCtx = newMemoContext(in, opts)
 		t.memoOK = m.routes != nil && m.ctx.equal(t.memoCtx)
-		t.reused = map[*route]*memoRoute{}
-		t.memoNext = make(map[any]*memoRoute, len(in.TLSRoutes)+len(in.TCPRoutes)+len(in.HTTPRoutes))
+		m.call++
+		if t.memoOK {
+			t.memoNext = m.routes
+		} else {
+			t.memoNext = make(map[any]*memoRoute, len(in.TLSRoutes)+len(in.TCPRoutes)+len(in.HTTPRoutes))
+		}
+		t.listenersNext = map[listenerKey]*memoListener{}
 	}
 	for _, c := range in.GatewayClasses {
 		t.classes[c.Name] = c
@@ -397,9 +407,8 @@ type listener struct {
 	refsMsg    string
 	tlsConfig  *tls.Config
 
-	attached    []*attachment // in route precedence order
-	attachedSet map[*route]bool
-	snap        *snapshot.Listener
+	attached []*attachment // in route precedence order
+	snap     *snapshot.Listener
 }
 
 type attachment struct {
@@ -476,7 +485,7 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 }
 
 func (t *translator) listener(gw *gateway, spec *gwv1.Listener) *listener {
-	l := &listener{gw: gw, spec: spec, supportedKinds: []gwv1.RouteGroupKind{}, attachedSet: map[*route]bool{}}
+	l := &listener{gw: gw, spec: spec, supportedKinds: []gwv1.RouteGroupKind{}}
 	if spec.Hostname != nil {
 		l.hostname = strings.ToLower(string(*spec.Hostname))
 	}
@@ -717,7 +726,7 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 					ports[ap] = p
 					list = append(list, p)
 				}
-				sl := l.snapshotListener()
+				sl := t.snapshotListener(l)
 				if p.Protocol == snapshot.ProtocolTCP {
 					p.TCP = sl
 				} else {
@@ -731,7 +740,7 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 
 // snapshotListener builds the listener's routing table once; a Gateway with several
 // addresses shares it between its sockets.
-func (l *listener) snapshotListener() *snapshot.Listener {
+func (t *translator) snapshotListener(l *listener) *snapshot.Listener {
 	if l.snap != nil {
 		return l.snap
 	}
@@ -739,37 +748,126 @@ func (l *listener) snapshotListener() *snapshot.Listener {
 	if l.routeKind == kindTLSRoute || l.spec.Protocol == gwv1.HTTPSProtocolType {
 		sl.Mode = l.mode
 	}
-	if l.routeKind == kindHTTPRoute {
+	l.snap = sl
+	switch l.routeKind {
+	case kindHTTPRoute:
 		sl.HTTP = l.httpTable()
-		l.snap = sl
-		return sl
+	case kindTCPRoute:
+		if len(l.attached) > 0 {
+			sl.Route = l.attached[0].route.snap // the oldest TCPRoute takes the port
+		}
+	case kindTLSRoute:
+		key := listenerKey{l.gw.key, l.index}
+		var m *memoListener
+		if prev := t.memoListener(key); prev != nil && len(t.fresh)+len(t.removed) <= len(t.routeList)/2 {
+			sl.Routes, m = t.patchRoutes(l, prev)
+		} else {
+			m = fillRoutes(l, &sl.Routes)
+		}
+		if t.listenersNext != nil {
+			m.routes = &sl.Routes
+			t.listenersNext[key] = m
+		}
 	}
-	if l.routeKind == kindTLSRoute {
-		var exact, wild int
-		for _, a := range l.attached {
-			for _, h := range a.hostnames {
-				if isWildcard(h) {
-					wild++
-				} else {
-					exact++
+	return sl
+}
+
+// memoListener returns the previous call's table of a listener when this call's routes
+// came from the same memo.
+func (t *translator) memoListener(key listenerKey) *memoListener {
+	if !t.memoOK {
+		return nil
+	}
+	return t.opts.Memo.listeners[key]
+}
+
+// fillRoutes fills a TLS listener's route table from its attachments.
+func fillRoutes(l *listener, table *snapshot.HostTable[*snapshot.Route]) *memoListener {
+	var exact, wild int
+	for _, a := range l.attached {
+		for _, h := range a.hostnames {
+			if isWildcard(h) {
+				wild++
+			} else {
+				exact++
+			}
+		}
+	}
+	table.Reserve(exact, wild)
+	m := &memoListener{contested: map[string]bool{}}
+	for _, a := range l.attached {
+		for _, h := range a.hostnames {
+			if !table.Add(h, a.route.snap) { // first (oldest) route wins a hostname
+				m.contested[h] = true
+			}
+		}
+	}
+	return m
+}
+
+// patchRoutes derives a TLS listener's route table from the previous call's, with the
+// attachments of the routes that are gone taken out and those of the new routes put in:
+// a one-route change among 100 000 hostnames touches a few entries instead of building
+// the table again (issue 6). The result is the table fillRoutes would build: a hostname
+// belongs to the first route in precedence order that claims it, so where a hostname is
+// contested the attachments are searched for its first claimant.
+func (t *translator) patchRoutes(l *listener, prev *memoListener) (snapshot.HostTable[*snapshot.Route], *memoListener) {
+	table := prev.routes.Edit()
+	contested := prev.contested // only grows: sharing it with the previous call is fine
+	var recheck map[string]bool
+	mark := func(h string) {
+		if recheck == nil {
+			recheck = map[string]bool{}
+		}
+		recheck[h] = true
+	}
+	mine := func(ma memoAttachment) bool { return ma.gw == l.gw.key && ma.listener == l.index }
+	for _, mr := range t.removed {
+		r := mr.r
+		for _, ma := range mr.attach {
+			if !mine(ma) {
+				continue
+			}
+			for _, h := range ma.a.hostnames {
+				if v, ok := table.Get(h); ok && v == r.snap {
+					table.Delete(h)
+					if contested[h] {
+						mark(h)
+					}
 				}
 			}
 		}
-		sl.Routes.Reserve(exact, wild)
 	}
-	for _, a := range l.attached {
-		if l.routeKind == kindTCPRoute {
-			if sl.Route == nil {
-				sl.Route = a.route.snap // the oldest TCPRoute takes the port
+	for _, r := range t.fresh { // in precedence order
+		for _, ma := range t.memoNext[r.obj].attach {
+			if !mine(ma) {
+				continue
 			}
-			continue
-		}
-		for _, h := range a.hostnames {
-			sl.Routes.Add(h, a.route.snap) // first (oldest) route wins a hostname
+			for _, h := range ma.a.hostnames {
+				if recheck[h] {
+					continue
+				}
+				if !table.Add(h, r.snap) {
+					// Taken: by an older route, or by a newer one this route now beats.
+					contested[h] = true
+					mark(h)
+				}
+			}
 		}
 	}
-	l.snap = sl
-	return sl
+	if len(recheck) > 0 {
+		for h := range recheck {
+			table.Delete(h)
+		}
+		for _, a := range l.attached {
+			for _, h := range a.hostnames {
+				if recheck[h] {
+					table.Add(h, a.route.snap) // the first claimant wins
+				}
+			}
+		}
+	}
+	return table, &memoListener{contested: contested}
 }
 
 // ---- status ----
@@ -779,28 +877,84 @@ func (t *translator) status() *Status {
 	for _, gw := range t.gateways {
 		s.Gateways = append(s.Gateways, GatewayStatus{Namespace: gw.key.ns, Name: gw.key.name, Status: t.gatewayStatus(gw)})
 	}
-	for _, r := range t.routeList {
+	sortStatus(s.GatewayClasses)
+	sortStatus(s.Gateways)
+	// With the memo, the routes' status lists are the previous call's without the routes
+	// that are gone and with the new ones: an unchanged route's status is the same, and a
+	// one-route change should not sort 100 000 entries again (issue 6).
+	routes, gone := t.routeList, map[string]map[nsName]bool(nil)
+	prev := t.memoStatus()
+	if prev != nil {
+		routes, gone = t.fresh, map[string]map[nsName]bool{}
+		for _, mr := range t.removed {
+			r := mr.r
+			if len(r.parents) > 0 {
+				if gone[r.kind] == nil {
+					gone[r.kind] = map[nsName]bool{}
+				}
+				gone[r.kind][nsName{r.meta.Namespace, r.meta.Name}] = true
+			}
+		}
+	}
+	var tls []TLSRouteStatus
+	var tcp []TCPRouteStatus
+	var http []HTTPRouteStatus
+	for _, r := range routes {
 		if len(r.parents) == 0 {
 			continue
 		}
 		switch r.kind {
 		case kindTLSRoute:
-			s.TLSRoutes = append(s.TLSRoutes, TLSRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+			tls = append(tls, TLSRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
 				Status: gwv1.TLSRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
 		case kindTCPRoute:
-			s.TCPRoutes = append(s.TCPRoutes, TCPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+			tcp = append(tcp, TCPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
 				Status: gwv1.TCPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
 		case kindHTTPRoute:
-			s.HTTPRoutes = append(s.HTTPRoutes, HTTPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+			http = append(http, HTTPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
 				Status: gwv1.HTTPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
 		}
 	}
-	sortStatus(s.GatewayClasses)
-	sortStatus(s.Gateways)
-	sortStatus(s.TLSRoutes)
-	sortStatus(s.TCPRoutes)
-	sortStatus(s.HTTPRoutes)
+	sortStatus(tls)
+	sortStatus(tcp)
+	sortStatus(http)
+	if prev == nil {
+		s.TLSRoutes, s.TCPRoutes, s.HTTPRoutes = tls, tcp, http
+	} else {
+		s.TLSRoutes = patchStatus(prev.TLSRoutes, gone[kindTLSRoute], tls)
+		s.TCPRoutes = patchStatus(prev.TCPRoutes, gone[kindTCPRoute], tcp)
+		s.HTTPRoutes = patchStatus(prev.HTTPRoutes, gone[kindHTTPRoute], http)
+	}
 	return s
+}
+
+// memoStatus returns the previous call's status when this call's routes came from the
+// same memo.
+func (t *translator) memoStatus() *Status {
+	if !t.memoOK || len(t.fresh)+len(t.removed) > len(t.routeList)/2 {
+		return nil
+	}
+	return t.opts.Memo.status
+}
+
+// patchStatus merges the sorted list of new routes' status into the previous sorted list
+// without the routes that are gone. A route's namespace and name are unique in its kind,
+// so a replaced route (gone and new under one name) is its new entry only.
+func patchStatus[T any](prev []ObjectStatus[T], gone map[nsName]bool, fresh []ObjectStatus[T]) []ObjectStatus[T] {
+	if len(gone) == 0 && len(fresh) == 0 {
+		return prev
+	}
+	out := make([]ObjectStatus[T], 0, len(prev)+len(fresh))
+	for _, o := range prev {
+		if gone[nsName{o.Namespace, o.Name}] {
+			continue
+		}
+		for len(fresh) > 0 && compareStatus(fresh[0], o) < 0 {
+			out, fresh = append(out, fresh[0]), fresh[1:]
+		}
+		out = append(out, o)
+	}
+	return append(out, fresh...)
 }
 
 func (t *translator) gatewayStatus(gw *gateway) gwv1.GatewayStatus {

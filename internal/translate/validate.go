@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -43,6 +44,9 @@ func (e *InputError) Error() string {
 	}
 	return s + e.Message
 }
+
+// indexed is field[i]: fmt.Sprintf was a tenth of validating 6 000 routes (issue 6).
+func indexed(field string, i int) string { return field + "[" + strconv.Itoa(i) + "]" }
 
 // validator collects InputErrors for one object.
 type validator struct {
@@ -171,7 +175,7 @@ func (v *validator) tlsRoute(r *gwv1.TLSRoute) {
 	}
 	v.items("spec.rules", len(r.Spec.Rules), 1, 1)
 	for i, rule := range r.Spec.Rules {
-		v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
+		v.backendRefs(indexed("spec.rules", i)+".backendRefs", rule.BackendRefs)
 	}
 }
 
@@ -179,7 +183,7 @@ func (v *validator) tcpRoute(r *gwv1.TCPRoute) {
 	v.parentRefs(r.Spec.ParentRefs)
 	v.items("spec.rules", len(r.Spec.Rules), 1, 1)
 	for i, rule := range r.Spec.Rules {
-		v.backendRefs(fmt.Sprintf("spec.rules[%d].backendRefs", i), rule.BackendRefs)
+		v.backendRefs(indexed("spec.rules", i)+".backendRefs", rule.BackendRefs)
 	}
 }
 
@@ -356,7 +360,7 @@ func (v *validator) parentRefs(refs []gwv1.ParentReference) {
 		return p
 	}
 	for i, r := range refs {
-		f := fmt.Sprintf("spec.parentRefs[%d]", i)
+		f := indexed("spec.parentRefs", i)
 		if r.Name == "" {
 			v.errorf(f+".name", "required")
 		}
@@ -398,7 +402,7 @@ func (v *validator) backendRefs(field string, refs []gwv1.BackendRef) {
 
 func (v *validator) backendRefItems(field string, refs []gwv1.BackendRef) {
 	for i, r := range refs {
-		f := fmt.Sprintf("%s[%d]", field, i)
+		f := indexed(field, i)
 		if r.Name == "" {
 			v.errorf(f+".name", "required")
 		}

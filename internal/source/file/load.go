@@ -370,6 +370,12 @@ func convert(doc []byte, last *header) converted {
 // (last), which saves reading the header separately: that guess stands when the decode is
 // strict and the object's own apiVersion and kind are the guessed ones.
 func decodeQuick(js []byte, last *header) *decoded {
+	if r := decodeTLSRoute(js); r != nil && r.APIVersion != "" && r.Kind != "" && r.Name != "" {
+		d := &decoded{obj: r, namespaced: true}
+		d.h.APIVersion, d.h.Kind = r.APIVersion, r.Kind
+		d.h.Metadata.Name, d.h.Metadata.Namespace = r.Name, r.Namespace
+		return d
+	}
 	if last.Kind != "" {
 		obj, namespaced, _ := newObject(last.APIVersion, last.Kind)
 		if strict, err := kjson.UnmarshalStrict(js, obj); err == nil && len(strict) == 0 {
