@@ -260,7 +260,9 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 	ctrl, err := kubernetes.New(kubernetes.Config{
 		REST: as("system:serviceaccount:snigate-system:snigate"), Logger: log.With("process", "controller"),
 		LeaderElection: true, LeaderElectionNamespace: "snigate-system",
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		// Generous: on a loaded machine the API server can take seconds to answer, and a lost
+		// lease stops the controller (a 3 s renew deadline failed a CI-like run under load).
+		LeaseDuration: 20 * time.Second, RenewDeadline: 15 * time.Second, RetryPeriod: time.Second,
 		Provision: &provision.Options{Image: "registry.example/snigate:test"},
 	})
 	if err != nil {

@@ -223,7 +223,9 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 	c, err := New(Config{
 		REST: asSA, Gateway: "apps/edge", Apply: rec.apply, Logger: log,
 		LeaderElection: true, LeaderElectionNamespace: "snigate-system",
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		// Generous: on a loaded machine the API server can take seconds to answer, and a lost
+		// lease stops the controller (a 3 s renew deadline failed a CI-like run under load).
+		LeaseDuration: 20 * time.Second, RenewDeadline: 15 * time.Second, RetryPeriod: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
