@@ -161,7 +161,7 @@ func (r *Results) Markdown(chart, notes string) string {
 	w("watched folder, its SIGHUP path also signals; HAProxy (master-worker, SIGUSR2) and nginx (SIGHUP)\n")
 	w("rewrite their configuration and reload. Failed connections: new connections made\n")
 	w("continuously, %v at a time, from before the first of %v one-route changes (snigate: by file) until\n", r.Params["concurrency"], r.Params["reloads"])
-	w("the last one is served; \"small table\" is the same proxy with the main tests' 4 routes.\n\n")
+	w("the last one is served; \"small table\" is the same proxy with the main tests' 4 routes, measured\nalternately with the large one three times per round (ABBAAB), each side's CPU and connections summed.\n\n")
 	r.table(&b, TScale, []col{{"start to serving (s)", MStart, 1, 2, false}, {"RSS (MB)", MRSSMB, 1, 0, false},
 		{"change via file (ms)", MChangeFile, 1, 0, false}, {"change via SIGHUP (ms)", MChangeHUP, 1, 0, false},
 		{"change via reload (ms)", MChange, 1, 0, false}}, Order)
