@@ -287,16 +287,25 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface []byte) 
 		c.p.reject(c.pl.addr, c.client, reason, c.sni, c.start, c.negotiation)
 		return
 	}
-	c.async = true // from here on, the relay's callback ends the connection
-	err = dialed.Attach(c.client, preface, c.relayOptions(expectTLS), c.relayDone)
-	c.releaseHello() // Attach copied the preface
+	c.handOver(func() (*relay.Pair, error) {
+		err := dialed.Attach(c.client, preface, c.relayOptions(expectTLS), c.relayDone)
+		c.releaseHello() // Attach copied the preface
+		return dialed, err
+	})
+}
+
+// handOver gives the connection to the relay with start (Attach or Start): from then on the
+// relay's callback, relayDone, ends it.
+func (c *conn) handOver(start func() (*relay.Pair, error)) {
+	c.async = true // set first: the callback may run before start returns
+	pr, err := start()
 	if err != nil {
 		c.async = false
 		c.p.log.Error("relay refused a connection", "error", err)
 		c.finish("relay_failed")
 		return
 	}
-	c.holdPair(dialed)
+	c.holdPair(pr)
 }
 
 // forwardPG is forward for PostgreSQL's SSLRequest bridge: the proxy does the SSLRequest
@@ -325,15 +334,9 @@ func (c *conn) forwardPG(rl *relay.Relay, r *snapshot.Route, preface []byte) {
 		c.in += int64(len(preface))
 	}
 	c.releaseHello()
-	c.async = true // from here on, the relay's callback ends the connection
-	pr, err := rl.Start(c.client, bc, c.relayOptions(true), c.relayDone)
-	if err != nil {
-		c.async = false
-		c.p.log.Error("relay refused a connection", "error", err)
-		c.finish("relay_failed")
-		return
-	}
-	c.holdPair(pr)
+	c.handOver(func() (*relay.Pair, error) {
+		return rl.Start(c.client, bc, c.relayOptions(true), c.relayDone)
+	})
 }
 
 // terminate completes the TLS handshake with the listener's certificate, replaying the

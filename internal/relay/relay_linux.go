@@ -225,7 +225,7 @@ func (p *Pair) register(side int) error {
 	return nil
 }
 
-// unpublish frees the slot of a pair the loop cannot have seen.
+// unpublish frees the pair's slot: for a pair the loop cannot have seen, or from the loop.
 func (p *Pair) unpublish() {
 	l := p.l
 	l.mu.Lock()
@@ -854,12 +854,7 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 		}
 		d.releasePipe()
 	}
-	l := p.l
-	l.mu.Lock()
-	l.pairs[p.slot] = nil
-	l.free = append(l.free, p.slot)
-	l.mu.Unlock()
-	l.count.Add(-1)
+	p.unpublish()
 	// Closing takes a socket out of the epoll set too.
 	if p.ownsA {
 		rawClose(p.fd[0])
