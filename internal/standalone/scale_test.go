@@ -154,3 +154,33 @@ func BenchmarkScaleChange(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// The benchmarks' set-up, at a small size, as a test: the folder loads, a replaced file is
+// picked up by the next load, and the previous routes keep being served (so the benchmarks
+// cannot rot unnoticed between the runs that use them).
+func TestScaleFolderReload(t *testing.T) {
+	dir := t.TempDir()
+	writeScaleFolder(t, dir, freePort(t), 2_000, 50)
+	r, p := newScaleRunner(t, dir)
+	if err := r.Load(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		host := fmt.Sprintf("change-%d.bench.test", i)
+		writeChange(t, dir, host)
+		if err := r.Load(); err != nil {
+			t.Fatal(err)
+		}
+		port := p.Snapshot().Ports[0]
+		for _, name := range []string{host, "h1999.scale.test", "x.w49.wild.test"} {
+			if _, rt := port.Lookup([]byte(name)); rt == nil {
+				t.Fatalf("after change %d: %s is not served", i, name)
+			}
+		}
+		if i > 0 {
+			if _, rt := port.Lookup([]byte(fmt.Sprintf("change-%d.bench.test", i-1))); rt != nil {
+				t.Fatalf("after change %d: the replaced route is still served", i)
+			}
+		}
+	}
+}
