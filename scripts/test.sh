@@ -22,6 +22,7 @@ fuzz FuzzClassify ./internal/pgwire/
 fuzz FuzzParseCancel ./internal/pgwire/
 fuzz FuzzDecode ./internal/source/file/
 fuzz FuzzToJSON ./internal/source/file/blockyaml/
+fuzz FuzzDecodeTLSRoute ./internal/source/file/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 go test -race -count=1 -timeout 20m ./...
 # The upstream Gateway API conformance suite v1.6.3 (GATEWAY-TLS, GATEWAY-HTTP) on a fresh
