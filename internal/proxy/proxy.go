@@ -47,8 +47,9 @@ type Options struct {
 	// DialTimeout bounds one connect to a backend endpoint (5 s).
 	DialTimeout time.Duration
 	// IdleTimeout closes a proxied connection after this long without bytes in either
-	// direction. 0 (the default) disables it: database sessions stay idle for hours. A
-	// non-zero value forces user-space copying, since splice(2) cannot observe idleness.
+	// direction. 0 (the default) disables it: database sessions stay idle for hours. The
+	// relay checks it four times per timeout (package relay), so a connection ends between
+	// 1 and 1.25 timeouts after its last byte.
 	IdleTimeout time.Duration
 	// KeepAlive is the TCP keepalive idle time on both sides (30 s); negative disables it.
 	KeepAlive time.Duration
