@@ -2,6 +2,7 @@ package standalone
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -182,5 +183,39 @@ func TestScaleFolderReload(t *testing.T) {
 				t.Fatalf("after change %d: the replaced route is still served", i)
 			}
 		}
+	}
+}
+
+// BenchmarkScaleEditBigFile is a reload after one hostname changed inside the 100 000-name
+// file itself (not a file of its own): the file is read again, but only the edited document
+// is decoded.
+func BenchmarkScaleEditBigFile(b *testing.B) {
+	dir := b.TempDir()
+	writeScaleFolder(b, dir, freePort(b), scaleExact, scaleWild)
+	r, p := newScaleRunner(b, dir)
+	if err := r.Load(); err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(dir, "routes.yaml")
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		host := fmt.Sprintf("edit-%d.scale.test", i)
+		data := bytes.Replace(orig, []byte(`"h50000.scale.test"`), []byte(strconv.Quote(host)), 1)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := r.Load(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if _, rt := p.Snapshot().Ports[0].Lookup([]byte(host)); rt == nil {
+			b.Fatalf("%s is not served", host)
+		}
+		b.StartTimer()
 	}
 }

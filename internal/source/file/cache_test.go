@@ -3,7 +3,12 @@ package file
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/snigate/snigate/internal/resources"
 )
 
 // A reload decodes only the files whose content changed, and always sees current content.
@@ -83,5 +88,65 @@ func TestFileCache(t *testing.T) {
 	}
 	if cached("b.yaml") {
 		t.Error("a removed file stays in the cache")
+	}
+}
+
+// Within a changed file, documents whose text did not change keep their objects, under
+// their new document numbers; the others are decoded, and their errors name the right
+// document.
+func TestFileCacheByDocument(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "all.yaml")
+	svc := func(name string) string {
+		return "apiVersion: v1\nkind: Service\nmetadata:\n  name: " + name + "\nspec:\n  ports:\n  - port: 1\n"
+	}
+	write := func(docs ...string) {
+		if err := os.WriteFile(f, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byName := func(res *resources.Resources) map[string]*corev1.Service {
+		m := map[string]*corev1.Service{}
+		for _, s := range res.Services {
+			m[s.Name] = s
+		}
+		return m
+	}
+	write(svc("a"), svc("b"), svc("c"))
+	first, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := byName(first)
+
+	// A new first document shifts the others; b is edited.
+	write(svc("z"), svc("a"), svc("b2"), svc("c"))
+	res, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := byName(res)
+	if after["a"] != before["a"] || after["c"] != before["c"] {
+		t.Error("an unchanged document was decoded again")
+	}
+	if after["b2"] == nil || after["z"] == nil || after["b"] != nil {
+		t.Fatalf("services after the edit: %v", after)
+	}
+	for name, doc := range map[string]string{"z": "#1", "a": "#2", "b2": "#3", "c": "#4"} {
+		if got := res.Origins["Service/default/"+name]; got != f+doc {
+			t.Errorf("origin of %s: %q, want %q", name, got, f+doc)
+		}
+	}
+
+	// An error in a changed document names its number; the unchanged ones still load.
+	write(svc("z"), svc("a"), svc("b2")+"bogus: 1\n", svc("c"))
+	_, err = Load(dir)
+	if err == nil || !strings.Contains(err.Error(), "document 3") {
+		t.Fatalf("error %v, want one naming document 3", err)
+	}
+	// A reused document duplicated is still a duplicate.
+	write(svc("a"), svc("a"))
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "duplicate") {
+		t.Fatalf("error %v, want a duplicate", err)
 	}
 }

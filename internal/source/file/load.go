@@ -49,6 +49,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -192,10 +193,12 @@ type object struct {
 }
 
 func (l *loader) file(name string, data []byte) {
+	var prev fileEntry
 	if l.cached {
-		if objs, ok := fileCache.get(name, data); ok {
-			for i := range objs {
-				l.add(&objs[i])
+		var ok bool
+		if prev, ok = fileCache.get(name); ok && bytes.Equal(prev.data, data) {
+			for i := range prev.objs {
+				l.add(&prev.objs[i])
 			}
 			return
 		}
@@ -203,14 +206,40 @@ func (l *loader) file(name string, data []byte) {
 	errs := len(l.errs)
 	l.objs = nil
 	docs := splitDocuments(data)
-	conv := convertAll(docs)
+	// Documents unchanged since this file was last read keep their objects: editing one
+	// route in a file of 100 000 hostnames decodes that route's document only, and the
+	// objects translate sees again are the same pointers (which its memo keys on).
+	reused := make([][]object, len(docs))
+	todo := docs
+	if len(prev.byDoc) > 0 {
+		todo = nil
+		for i, d := range docs {
+			if objs, ok := prev.byDoc[string(d.data)]; ok {
+				reused[i] = objs
+			} else {
+				todo = append(todo, d)
+			}
+		}
+	}
+	conv := convertAll(todo)
 	for i, doc := range docs {
 		w := where{file: name, doc: i + 1, item: -1}
-		if c := conv[i]; c.obj != nil {
+		if objs := reused[i]; objs != nil {
+			for _, o := range objs {
+				o.w.doc = i + 1 // the document may have moved
+				o.origin = o.w.origin()
+				l.objs = append(l.objs, o)
+				l.add(&o)
+			}
+			continue
+		}
+		c := conv[0]
+		conv = conv[1:]
+		if c.obj != nil {
 			l.decoded(w, c.obj.h, c.obj.obj, c.obj.namespaced)
 			continue
 		}
-		l.document(w, doc, conv[i])
+		l.document(w, doc, c)
 	}
 	// Only a file without errors is cached, so a file with errors reports them again.
 	if l.cached && len(l.errs) == errs {
@@ -235,6 +264,9 @@ type filesCache struct {
 type fileEntry struct {
 	data []byte
 	objs []object
+	// byDoc groups objs by the text of the document they came from (the keys point into
+	// data, which is never written again).
+	byDoc map[string][]object
 }
 
 // read reads a file into the scratch buffer: the data is valid until the next read (put
@@ -270,15 +302,12 @@ func (c *filesCache) read(name string) ([]byte, error) {
 	return buf, nil
 }
 
-// get returns the objects of a file read before with the same content.
-func (c *filesCache) get(name string, data []byte) ([]object, bool) {
+// get returns what the last error-free read of a file left.
+func (c *filesCache) get(name string) (fileEntry, bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, ok := c.m[name]
-	c.mu.Unlock()
-	if !ok || !bytes.Equal(e.data, data) {
-		return nil, false
-	}
-	return e.objs, true
+	return e, ok
 }
 
 func (c *filesCache) put(name string, data []byte, objs []object) {
@@ -286,7 +315,17 @@ func (c *filesCache) put(name string, data []byte, objs []object) {
 	if len(data) > 0 && len(c.scratch) > 0 && &c.scratch[0] == &data[0] {
 		data = bytes.Clone(data) // the scratch buffer stays for the next read
 	}
-	c.m[name] = fileEntry{data: data, objs: objs}
+	c.mu.Unlock()
+	docs := splitDocuments(data)
+	byDoc := make(map[string][]object, len(docs))
+	for _, o := range objs {
+		if d := docs[o.w.doc-1].data; len(d) > 0 {
+			k := unsafe.String(unsafe.SliceData(d), len(d))
+			byDoc[k] = append(byDoc[k], o)
+		}
+	}
+	c.mu.Lock()
+	c.m[name] = fileEntry{data: data, objs: objs, byDoc: byDoc}
 	c.mu.Unlock()
 }
 
