@@ -74,6 +74,7 @@ type conn struct {
 	// (guarded by backendMu, like relayEnded).
 	pair       *relay.Pair
 	relayEnded bool
+	closing    bool // closeAll ran (guarded by backendMu)
 	onEnd      []func()
 }
 
@@ -392,6 +393,7 @@ func (c *conn) finish(outcome string) {
 func (c *conn) closeAll() {
 	c.backendMu.Lock()
 	defer c.backendMu.Unlock()
+	c.closing = true
 	if c.pair != nil {
 		// The relay owns both sockets until its callback runs, which closes them.
 		c.pair.Stop(relay.OutcomeShutdown)
@@ -420,6 +422,11 @@ func (c *conn) holdPair(pr *relay.Pair) {
 	c.backendMu.Lock()
 	if !c.relayEnded {
 		c.pair = pr
+		if c.closing {
+			// A drain cut-off came between the hand-over and now: it closed the net.Conns
+			// the relay had already duplicated, so the pair must be stopped here.
+			pr.Stop(relay.OutcomeShutdown)
+		}
 	}
 	c.backendMu.Unlock()
 }
