@@ -70,8 +70,10 @@ func assetsDir() string {
 
 func TestConformance(t *testing.T) {
 	if os.Getenv("SNIGATE_CONFORMANCE") != "1" {
-		// scripts/test.sh (and so CI) runs it explicitly right after `go test ./...`.
-		t.Skip("set SNIGATE_CONFORMANCE=1 to run the Gateway API conformance suite (docs/conformance.md); scripts/test.sh does")
+		// scripts/test.sh (and so CI) runs it on its own, with SNIGATE_CONFORMANCE=1, after
+		// the other packages: under CI=true the gate missing is a broken setup, not a skip.
+		testutil.Require(t, "SNIGATE_CONFORMANCE=1 (the Gateway API conformance suite, docs/conformance.md; scripts/test.sh sets it)",
+			errors.New("not set"))
 	}
 	if os.Geteuid() != 0 {
 		testutil.Require(t, "root", errors.New("network namespaces and ports 80/443 need root"))

@@ -69,9 +69,7 @@ func build(dir string) (string, error) {
 // failure always fails.
 func needBinary(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("e2e: skipped in -short mode")
-	}
+	testutil.SkipShort(t, "the end-to-end tests (they start the real binary)")
 	if noMainPkg {
 		testutil.Require(t, "the snigate binary (./cmd/snigate)", buildErr)
 	}

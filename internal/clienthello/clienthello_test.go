@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "recapture testdata/*.bin (needs openssl) and rewrite testdata/hellos.golden")
@@ -148,9 +150,7 @@ func TestGoClients(t *testing.T) {
 }
 
 func TestOpenSSLClients(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs openssl")
-	}
+	testutil.SkipShort(t, "the openssl client captures")
 	for _, c := range opensslCases() {
 		t.Run(c.name, func(t *testing.T) {
 			checkHello(t, opensslHello(t, c.args...), c.sni, c.alpn, c.tls13)

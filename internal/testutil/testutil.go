@@ -64,6 +64,20 @@ func Require(t testing.TB, what string, err error) {
 	t.Skipf("skipping: needs %s: %v (run scripts/install-test-deps.sh as root)", what, err)
 }
 
+// SkipShort skips a test that needs real servers or tools in -short mode. Under CI=true a
+// -short run fails instead: CI must run every test, and a short run there would skip the
+// end-to-end ones without a word.
+func SkipShort(t testing.TB, why string) {
+	t.Helper()
+	if !testing.Short() {
+		return
+	}
+	if InCI() {
+		t.Fatalf("-short under CI=true would skip %s: CI runs the whole suite (scripts/test.sh)", why)
+	}
+	t.Skipf("-short: %s", why)
+}
+
 // Binary finds an executable by name: first in dirs, then on PATH. It calls Require when it
 // is nowhere.
 func Binary(t testing.TB, name string, dirs ...string) string {
