@@ -49,24 +49,16 @@ import (
 	"sigs.k8s.io/gateway-api/pkg/features"
 
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
 	"github.com/snigate/snigate/internal/translate"
 )
 
 const (
-	kubeVersion      = "1.36.3"
 	gatewayClassName = "gateway-conformance"
 	repoRoot         = ".."
 	// localAddresses is the prefix the controller hands out, one address per Gateway.
 	localAddresses = "127.0.0.0/24"
 )
-
-func assetsDir() string {
-	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
-		return d
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "snigate", "kube-"+kubeVersion)
-}
 
 func TestConformance(t *testing.T) {
 	if os.Getenv("SNIGATE_CONFORMANCE") != "1" {
@@ -78,10 +70,7 @@ func TestConformance(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testutil.Require(t, "root", errors.New("network namespaces and ports 80/443 need root"))
 	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		_, err := os.Stat(filepath.Join(assetsDir(), bin))
-		testutil.Require(t, bin, err)
-	}
+	kubetest.RequireBinaries(t)
 	_, err := exec.LookPath("ip")
 	testutil.Require(t, "iproute2", err)
 	// One run per machine: two runs would bind the same 127.0.0.N:80/443 and each would
@@ -125,7 +114,7 @@ func TestConformance(t *testing.T) {
 	crds, _ := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
 	crds = slices.DeleteFunc(crds, func(f string) bool { return strings.Contains(filepath.Base(f), "_vap_") })
 	env := &envtest.Environment{
-		BinaryAssetsDirectory:    assetsDir(),
+		BinaryAssetsDirectory:    kubetest.AssetsDir(),
 		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,

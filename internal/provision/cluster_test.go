@@ -1,7 +1,6 @@
 package provision_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,8 +24,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -36,30 +33,17 @@ import (
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/source/kubernetes"
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
 const repoRoot = "../.."
-
-// assetsDir: see internal/source/kubernetes (scripts/install-kube.sh).
-func assetsDir() string {
-	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
-		return d
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "snigate", "kube-1.36.3")
-}
 
 // startAPIServer starts etcd and kube-apiserver with the CRDs exactly as `kubectl apply -k
 // config/default` installs them: config/crd rendered by kustomize, printer column patches
 // included.
 func startAPIServer(t *testing.T) *envtest.Environment {
 	t.Helper()
-	dir := assetsDir()
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			testutil.Require(t, bin+" in "+dir, fmt.Errorf("%w (run scripts/install-kube.sh)", err))
-		}
-	}
+	kubetest.RequireBinaries(t)
 	kubectl, err := exec.LookPath("kubectl")
 	testutil.Require(t, "kubectl (renders config/crd with kustomize)", err)
 	crds, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot, "config", "crd")).Output()
@@ -70,60 +54,7 @@ func startAPIServer(t *testing.T) *envtest.Environment {
 	if err := os.WriteFile(crdFile, crds, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    dir,
-		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: []string{crdFile}, ErrorIfPathMissing: true},
-		ControlPlaneStartTimeout: 90 * time.Second,
-		ControlPlaneStopTimeout:  30 * time.Second,
-	}
-	if _, err := env.Start(); err != nil {
-		t.Fatalf("starting kube-apiserver and etcd from %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the API server: %v", err)
-		}
-	})
-	return env
-}
-
-func applyFile(t *testing.T, cl client.Client, path string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := cl.Create(context.Background(), &u); err != nil {
-			t.Fatalf("%s: creating %s %s: %v", path, u.GetKind(), u.GetName(), err)
-		}
-	}
-}
-
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within 30s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return kubetest.StartAPIServer(t, crdFile)
 }
 
 type recorder struct {
@@ -225,11 +156,11 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 
 	// The controller and the data plane run with the install manifests' RBAC and nothing
 	// more: a missing permission fails this test.
-	applyFile(t, cl, filepath.Join(repoRoot, "config", "controller", "namespace.yaml"))
+	kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "controller", "namespace.yaml"))
 	for _, f := range []string{"service_account.yaml", "role.yaml", "leader_election_role.yaml", "dataplane.yaml"} {
-		applyFile(t, cl, filepath.Join(repoRoot, "config", "rbac", f))
+		kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "rbac", f))
 	}
-	applyFile(t, cl, filepath.Join(repoRoot, "config", "gatewayclass", "gatewayclass.yaml"))
+	kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "gatewayclass", "gatewayclass.yaml"))
 	as := func(user string) *rest.Config {
 		c := rest.CopyConfig(env.Config)
 		c.Impersonate = rest.ImpersonationConfig{UserName: user}
@@ -311,7 +242,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 	}
 
 	t.Run("Provisioned", func(t *testing.T) {
-		eventually(t, "Deployment", func() error {
+		kubetest.Eventually(t, 30*time.Second, "Deployment", func() error {
 			var d appsv1.Deployment
 			if err := cl.Get(ctx, name, &d); err != nil {
 				return err
@@ -325,19 +256,19 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 			}
 			return errors.Join(owned(&d), labelled(&d))
 		})
-		eventually(t, "ServiceAccount", func() error {
+		kubetest.Eventually(t, 30*time.Second, "ServiceAccount", func() error {
 			var sa corev1.ServiceAccount
 			if err := cl.Get(ctx, name, &sa); err != nil {
 				return err
 			}
 			return errors.Join(owned(&sa), labelled(&sa))
 		})
-		eventually(t, "LoadBalancer Service with the two listener ports", servicePorts(5432, 8443))
-		eventually(t, "ClusterRoleBinding subjects", bindingSubjects(cl, "apps/edge-snigate"))
+		kubetest.Eventually(t, 30*time.Second, "LoadBalancer Service with the two listener ports", servicePorts(5432, 8443))
+		kubetest.Eventually(t, 30*time.Second, "ClusterRoleBinding subjects", bindingSubjects(cl, "apps/edge-snigate"))
 	})
 
 	t.Run("AddressNotAssigned", func(t *testing.T) {
-		eventually(t, "Gateway Programmed=False/AddressNotAssigned", func() error {
+		kubetest.Eventually(t, 30*time.Second, "Gateway Programmed=False/AddressNotAssigned", func() error {
 			var g gwv1.Gateway
 			if err := cl.Get(ctx, gwKey(gw), &g); err != nil {
 				return err
@@ -362,7 +293,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if err := cl.Update(ctx, &g); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "Service follows the listener port", servicePorts(5433, 8443))
+		kubetest.Eventually(t, 30*time.Second, "Service follows the listener port", servicePorts(5433, 8443))
 	})
 
 	// A cloud controller fills status.loadBalancer.ingress; the Gateway reports it.
@@ -375,7 +306,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if err := cl.Status().Update(ctx, &svc); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "Gateway addresses from the Service", func() error {
+		kubetest.Eventually(t, 30*time.Second, "Gateway addresses from the Service", func() error {
 			var g gwv1.Gateway
 			if err := cl.Get(ctx, gwKey(gw), &g); err != nil {
 				return err
@@ -416,7 +347,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if err := cl.Create(ctx, route); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "TLSRoute columns", func() error {
+		kubetest.Eventually(t, 30*time.Second, "TLSRoute columns", func() error {
 			row := table(t, env.Config, "/apis/gateway.networking.k8s.io/v1/namespaces/apps/tlsroutes", "db")
 			want := map[string]string{"Hostnames": `["db.example.test","db2.example.test"]`, "Parent": "edge",
 				"Accepted": "True", "ResolvedRefs": "False"}
@@ -454,8 +385,8 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 				return nil
 			}
 		}
-		eventually(t, "side provisioned", exists(true))
-		eventually(t, "binding with both", bindingSubjects(cl, "apps/edge-snigate", "apps/side-snigate"))
+		kubetest.Eventually(t, 30*time.Second, "side provisioned", exists(true))
+		kubetest.Eventually(t, 30*time.Second, "binding with both", bindingSubjects(cl, "apps/edge-snigate", "apps/side-snigate"))
 		if err := cl.Create(ctx, &gwv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "other"},
 			Spec: gwv1.GatewayClassSpec{ControllerName: "example.com/other"}}); err != nil {
 			t.Fatal(err)
@@ -467,8 +398,8 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if err := cl.Update(ctx, side); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "side's objects deleted", exists(false))
-		eventually(t, "binding without side", bindingSubjects(cl, "apps/edge-snigate"))
+		kubetest.Eventually(t, 30*time.Second, "side's objects deleted", exists(false))
+		kubetest.Eventually(t, 30*time.Second, "binding without side", bindingSubjects(cl, "apps/edge-snigate"))
 	})
 
 	// The provisioned data plane: `snigate dataplane` is this source, read-only, as the
@@ -491,7 +422,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, done := run(t, dp)
-		eventually(t, "data plane snapshot with both listener ports", func() error {
+		kubetest.Eventually(t, 30*time.Second, "data plane snapshot with both listener ports", func() error {
 			s, _ := rec.get()
 			if s == nil || s.Port("0.0.0.0:8443") == nil || s.Port("0.0.0.0:5433") == nil {
 				return fmt.Errorf("snapshot %v", s)
@@ -508,8 +439,8 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if err := cl.Delete(ctx, gw); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "binding without the deleted Gateway's ServiceAccount", bindingSubjects(cl))
-		eventually(t, "data plane snapshot empty after the Gateway is deleted", func() error {
+		kubetest.Eventually(t, 30*time.Second, "binding without the deleted Gateway's ServiceAccount", bindingSubjects(cl))
+		kubetest.Eventually(t, 30*time.Second, "data plane snapshot empty after the Gateway is deleted", func() error {
 			// The data plane may lose access first (binding emptied): either way it must
 			// not keep serving the deleted Gateway forever once it sees the deletion.
 			s, _ := rec.get()
@@ -524,8 +455,8 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if err := cl.Create(ctx, gw2); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "binding with the recreated Gateway's ServiceAccount", bindingSubjects(cl, "apps/edge-snigate"))
-		eventually(t, "data plane serves the recreated Gateway", func() error {
+		kubetest.Eventually(t, 30*time.Second, "binding with the recreated Gateway's ServiceAccount", bindingSubjects(cl, "apps/edge-snigate"))
+		kubetest.Eventually(t, 30*time.Second, "data plane serves the recreated Gateway", func() error {
 			s, _ := rec.get()
 			if s.Port("0.0.0.0:8443") == nil {
 				return fmt.Errorf("snapshot %v", s)

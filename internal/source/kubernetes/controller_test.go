@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -19,8 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -28,21 +25,9 @@ import (
 
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
 	"github.com/snigate/snigate/internal/translate"
 )
-
-// kubeVersion is the kube-apiserver that scripts/install-kube.sh builds.
-const kubeVersion = "1.36.3"
-
-// assetsDir is where scripts/install-kube.sh leaves kube-apiserver and etcd, unless
-// KUBEBUILDER_ASSETS says otherwise.
-func assetsDir() string {
-	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
-		return d
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "snigate", "kube-"+kubeVersion)
-}
 
 // repoRoot is the repository root, two folders above this package.
 const repoRoot = "../../.."
@@ -93,68 +78,7 @@ func TestInstalledCRDsMatchModule(t *testing.T) {
 // in t.Cleanup. A missing binary skips the test, or fails it under CI=true.
 func startAPIServer(t *testing.T) *envtest.Environment {
 	t.Helper()
-	dir := assetsDir()
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			testutil.Require(t, bin+" in "+dir, fmt.Errorf("%w (run scripts/install-kube.sh)", err))
-		}
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    dir,
-		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crdFiles(t), ErrorIfPathMissing: true},
-		ControlPlaneStartTimeout: 90 * time.Second,
-		ControlPlaneStopTimeout:  30 * time.Second,
-	}
-	if _, err := env.Start(); err != nil {
-		t.Fatalf("starting kube-apiserver and etcd from %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the API server: %v", err)
-		}
-	})
-	return env
-}
-
-// applyFile creates every object of a multi-document YAML file.
-func applyFile(t *testing.T, cl client.Client, path string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := cl.Create(context.Background(), &u); err != nil {
-			t.Fatalf("%s: creating %s %s: %v", path, u.GetKind(), u.GetName(), err)
-		}
-	}
-}
-
-// eventually retries check until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return kubetest.StartAPIServer(t, crdFiles(t)...)
 }
 
 func condition(conds []metav1.Condition, typ string, status metav1.ConditionStatus, reason string, gen int64) error {
@@ -202,13 +126,13 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 
 	// The controller runs as the ServiceAccount of the install manifests, with their RBAC
 	// and nothing more: a missing permission fails this test.
-	applyFile(t, cl, filepath.Join(repoRoot, "config", "controller", "namespace.yaml"))
+	kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "controller", "namespace.yaml"))
 	for _, f := range []string{"service_account.yaml", "role.yaml", "leader_election_role.yaml"} {
-		applyFile(t, cl, filepath.Join(repoRoot, "config", "rbac", f))
+		kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "rbac", f))
 	}
 	asSA := rest.CopyConfig(env.Config)
 	asSA.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:snigate-system:snigate"}
-	applyFile(t, cl, "testdata/cluster.yaml")
+	kubetest.ApplyFile(t, cl, "testdata/cluster.yaml")
 	cert := testutil.NewCA(t).Issue(t, "*.example.test")
 	if err := cl.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "edge-cert"},
@@ -250,7 +174,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 
 	t.Run("GatewayClass", func(t *testing.T) {
 		var gc gwv1.GatewayClass
-		eventually(t, timeout, "GatewayClass snigate Accepted", func() error {
+		kubetest.Eventually(t, timeout, "GatewayClass snigate Accepted", func() error {
 			if err := cl.Get(ctx, client.ObjectKey{Name: "snigate"}, &gc); err != nil {
 				return err
 			}
@@ -273,7 +197,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 	})
 
 	t.Run("Gateway", func(t *testing.T) {
-		eventually(t, timeout, "Gateway apps/edge Accepted and Programmed", func() error {
+		kubetest.Eventually(t, timeout, "Gateway apps/edge Accepted and Programmed", func() error {
 			var gw gwv1.Gateway
 			if err := cl.Get(ctx, client.ObjectKey{Namespace: "apps", Name: "edge"}, &gw); err != nil {
 				return err
@@ -336,8 +260,8 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 				return condition(p.Conditions, "ResolvedRefs", resolved, resolvedReason, gen)
 			}
 		}
-		eventually(t, timeout, "TLSRoute apps/db", check("db", "ResolvedRefs", metav1.ConditionTrue))
-		eventually(t, timeout, "TLSRoute apps/missing", check("missing", "BackendNotFound", metav1.ConditionFalse))
+		kubetest.Eventually(t, timeout, "TLSRoute apps/db", check("db", "ResolvedRefs", metav1.ConditionTrue))
+		kubetest.Eventually(t, timeout, "TLSRoute apps/missing", check("missing", "BackendNotFound", metav1.ConditionFalse))
 		parents, _, err := routeParents("elsewhere")
 		if err != nil {
 			t.Fatal(err)
@@ -348,7 +272,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 	})
 
 	t.Run("Snapshot", func(t *testing.T) {
-		eventually(t, timeout, "snapshot routes db.example.test to the EndpointSlice", func() error {
+		kubetest.Eventually(t, timeout, "snapshot routes db.example.test to the EndpointSlice", func() error {
 			s := rec.get()
 			p := s.Port("127.0.0.1:8443")
 			if p == nil {
@@ -379,7 +303,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, timeout, "a new translation and status pass", func() error {
+		kubetest.Eventually(t, timeout, "a new translation and status pass", func() error {
 			if c.State().Generation <= gen || c.writer.passes.Load() <= passes {
 				return errors.New("waiting")
 			}
@@ -409,7 +333,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 		if err := cl.Update(ctx, &gw); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, timeout, "Gateway observedGeneration bump", func() error {
+		kubetest.Eventually(t, timeout, "Gateway observedGeneration bump", func() error {
 			var g gwv1.Gateway
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(&gw), &g); err != nil {
 				return err
@@ -425,7 +349,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 			}
 			return nil
 		})
-		eventually(t, timeout, "proxy snapshot has the new listener", func() error {
+		kubetest.Eventually(t, timeout, "proxy snapshot has the new listener", func() error {
 			if rec.get().Port("127.0.0.1:8445") == nil {
 				return errors.New("no 127.0.0.1:8445")
 			}
@@ -445,7 +369,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 		if err := cl.Update(ctx, &r); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, timeout, "our parent entry removed", func() error {
+		kubetest.Eventually(t, timeout, "our parent entry removed", func() error {
 			var got gwv1.TLSRoute
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(&r), &got); err != nil {
 				return err
