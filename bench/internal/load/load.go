@@ -79,6 +79,16 @@ type ConnsResult struct {
 // Conns makes n connections with One, conc at a time, stopping early after max or when
 // stop is closed (nil: never).
 func Conns(addr string, hello []byte, n, conc int, max time.Duration, stop <-chan struct{}) ConnsResult {
+	return concurrently(n, conc, max, stop, func() func() error {
+		buf := make([]byte, wire.FlightSize+wire.MsgSize)
+		return func() error { return One(addr, hello, buf) }
+	})
+}
+
+// concurrently runs n operations, conc at a time, stopping early after max or when stop is
+// closed (nil: never), and counts their outcomes. newOp makes one worker's operation (with
+// its own buffers).
+func concurrently(n, conc int, max time.Duration, stop <-chan struct{}, newOp func() func() error) ConnsResult {
 	var (
 		next, ok, failed atomic.Int64
 		mu               sync.Mutex
@@ -91,9 +101,9 @@ func Conns(addr string, hello []byte, n, conc int, max time.Duration, stop <-cha
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, wire.FlightSize+wire.MsgSize)
+			op := newOp()
 			for next.Add(1) <= int64(n) && time.Now().Before(deadline) && !stopped(stop) {
-				if err := One(addr, hello, buf); err != nil {
+				if err := op(); err != nil {
 					failed.Add(1)
 					mu.Lock()
 					if len(errs) < 5 {
@@ -263,53 +273,26 @@ func TLSClientConfig(sni string) *tls.Config {
 // handshake, a 16-byte echo through the proxy to the plain backend, close.
 func Handshakes(addr, sni string, n, conc int, max time.Duration) ConnsResult {
 	cfg := TLSClientConfig(sni)
-	var next, ok, failed atomic.Int64
-	var mu sync.Mutex
-	var errs []string
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(max)
-	start := time.Now()
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			msg := make([]byte, 16)
-			for next.Add(1) <= int64(n) && time.Now().Before(deadline) {
-				err := func() error {
-					raw, err := dial(addr)
-					if err != nil {
-						return err
-					}
-					defer raw.Close()
-					raw.SetDeadline(time.Now().Add(opTimeout))
-					c := tls.Client(raw, cfg)
-					if err := c.Handshake(); err != nil {
-						return err
-					}
-					if _, err := c.Write(msg); err != nil {
-						return err
-					}
-					_, err = io.ReadFull(c, msg)
-					return err
-				}()
-				if err != nil {
-					failed.Add(1)
-					mu.Lock()
-					if len(errs) < 5 {
-						errs = append(errs, err.Error())
-					}
-					mu.Unlock()
-					continue
-				}
-				ok.Add(1)
+	return concurrently(n, conc, max, nil, func() func() error {
+		msg := make([]byte, 16)
+		return func() error {
+			raw, err := dial(addr)
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	secs := time.Since(start).Seconds()
-	r := ConnsResult{OK: int(ok.Load()), Failed: int(failed.Load()), Seconds: secs, Errors: errs}
-	r.PerSec = float64(r.OK) / secs
-	return r
+			defer raw.Close()
+			raw.SetDeadline(time.Now().Add(opTimeout))
+			c := tls.Client(raw, cfg)
+			if err := c.Handshake(); err != nil {
+				return err
+			}
+			if _, err := c.Write(msg); err != nil {
+				return err
+			}
+			_, err = io.ReadFull(c, msg)
+			return err
+		}
+	})
 }
 
 // Probe makes one real TLS connection to sni through addr, verifies the certificate with
