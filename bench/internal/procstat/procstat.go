@@ -79,18 +79,8 @@ func CPU(pids []int) int64 {
 func RSS(pids []int) int64 {
 	var sum int64
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				f := strings.Fields(rest)
-				if len(f) > 0 {
-					kb, _ := strconv.ParseInt(f[0], 10, 64)
-					sum += kb << 10
-				}
-			}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+			sum += kbField(b, "VmRSS:")
 		}
 	}
 	return sum
@@ -107,17 +97,22 @@ func PSS(pids []int) int64 {
 			sum += RSS([]int{pid})
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
-				f := strings.Fields(rest)
-				if len(f) > 0 {
-					kb, _ := strconv.ParseInt(f[0], 10, 64)
-					sum += kb << 10
-				}
+		sum += kbField(b, "Pss:")
+	}
+	return sum
+}
+
+// kbField returns, in bytes, the "name  N kB" line of a /proc status-like file.
+func kbField(b []byte, name string) int64 {
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
 			}
 		}
 	}
-	return sum
+	return 0
 }
 
 // FDs returns the summed number of open file descriptors of pids.
