@@ -62,14 +62,7 @@ func buildHTTPMatches(r *route) {
 			mf := fmt.Sprintf("%s.matches[%d]", f, mi)
 			sm := &snapshot.HTTPMatch{PathType: snapshot.PathPrefix, Path: "/", Rule: sr}
 			if p := m.Path; p != nil {
-				typ := gwv1.PathMatchPathPrefix
-				if p.Type != nil {
-					typ = *p.Type
-				}
-				value := "/"
-				if p.Value != nil {
-					value = *p.Value
-				}
+				typ, value := pathMatch(p)
 				switch typ {
 				case gwv1.PathMatchExact:
 					sm.PathType, sm.Path = snapshot.PathExact, value
@@ -212,4 +205,16 @@ func compareMatches(a, b *snapshot.HTTPMatch) int {
 		cmp.Compare(len(b.Headers), len(a.Headers)),
 		cmp.Compare(len(b.Query), len(a.Query)),
 	)
+}
+
+// pathMatch returns a path match's type and value with the API's defaults (PathPrefix, "/").
+func pathMatch(p *gwv1.HTTPPathMatch) (gwv1.PathMatchType, string) {
+	typ, value := gwv1.PathMatchPathPrefix, "/"
+	if p.Type != nil {
+		typ = *p.Type
+	}
+	if p.Value != nil {
+		value = *p.Value
+	}
+	return typ, value
 }

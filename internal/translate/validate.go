@@ -462,14 +462,7 @@ func (v *validator) httpRoute(r *gwv1.HTTPRoute) {
 		for j, m := range rule.Matches {
 			mf := fmt.Sprintf("%s.matches[%d]", f, j)
 			if p := m.Path; p != nil {
-				typ := gwv1.PathMatchPathPrefix
-				if p.Type != nil {
-					typ = *p.Type
-				}
-				value := "/"
-				if p.Value != nil {
-					value = *p.Value
-				}
+				typ, value := pathMatch(p)
 				switch typ {
 				case gwv1.PathMatchExact, gwv1.PathMatchPathPrefix:
 					v.pathValue(mf+".path.value", value)
