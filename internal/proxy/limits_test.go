@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -139,16 +138,9 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // The idle timeout applies to terminated connections too.
 func TestIdleTimeoutTerminate(t *testing.T) {
 	plain := backend(t, "P", nil)
-	lc := selfSigned(t, "t.test")
 	p := New(Options{Metrics: metrics.New(), IdleTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
 	t.Cleanup(func() { p.Shutdown(t.Context()) })
-	addr := freeAddr(t)
-	l := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
-		TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{lc}}}
-	l.Routes.Add("t.test", route("t", plain))
-	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{"t.test": l})})); err != nil {
-		t.Fatal(err)
-	}
+	addr, _ := serveTerminate(t, p, plain)
 	c, _, err := dialTLS(t, addr, "t.test")
 	if err != nil {
 		t.Fatal(err)

@@ -272,15 +272,8 @@ func TestReloadKeepsEstablishedConnections(t *testing.T) {
 
 func TestTerminateAndHalfClose(t *testing.T) {
 	plain := backend(t, "P", nil)
-	lc := selfSigned(t, "t.test")
 	p := newProxy(t)
-	addr := freeAddr(t)
-	l := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
-		TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{lc}}}
-	l.Routes.Add("t.test", route("t", plain))
-	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{"t.test": l})})); err != nil {
-		t.Fatal(err)
-	}
+	addr, lc := serveTerminate(t, p, plain)
 	c, got, err := dialTLS(t, addr, "t.test")
 	if err != nil {
 		t.Fatal(err)
@@ -373,4 +366,19 @@ func greetings(t *testing.T, addr string, n int) map[string]int {
 		counts[strings.TrimSpace(line)]++
 	}
 	return counts
+}
+
+// serveTerminate has p terminate TLS for t.test on a new address, with a new self-signed
+// certificate, and forward the plaintext to plain.
+func serveTerminate(t *testing.T, p *Proxy, plain netip.AddrPort) (string, tls.Certificate) {
+	t.Helper()
+	lc := selfSigned(t, "t.test")
+	addr := freeAddr(t)
+	l := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
+		TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{lc}}}
+	l.Routes.Add("t.test", route("t", plain))
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{"t.test": l})})); err != nil {
+		t.Fatal(err)
+	}
+	return addr, lc
 }
