@@ -61,7 +61,6 @@ type conn struct {
 	listener     string
 	route        string
 	backendName  string
-	endpoint     string
 	endpointAddr netip.AddrPort
 	in, out      int64 // client→backend, backend→client
 	lastActive   atomic.Int64
@@ -210,7 +209,6 @@ func (c *conn) dial(b *snapshot.Backend, one func(netip.AddrPort) error) error {
 			if err == nil {
 				p.dialOK.Observe(time.Since(t).Seconds())
 				p.health.succeeded(ep)
-				c.endpoint = ep.String()
 				c.endpointAddr = ep
 				return nil
 			}
@@ -318,7 +316,7 @@ func (c *conn) forwardPG(rl *relay.Relay, r *snapshot.Route, preface []byte) {
 	}
 	bc := c.backend
 	if err := c.pgSSLExchange(bc); err != nil {
-		c.p.log.Warn("postgres backend refused TLS", "route", r.Name, "endpoint", c.endpoint, "error", err)
+		c.p.log.Warn("postgres backend refused TLS", "route", r.Name, "endpoint", c.endpoint(), "error", err)
 		c.finish(reasonBackendNoTLS)
 		return
 	}
@@ -385,7 +383,7 @@ func (c *conn) finish(outcome string) {
 	if p.opts.AccessLog {
 		p.log.Info("connection", "client", c.client.RemoteAddr().String(), "address", c.pl.addr,
 			"listener", c.listener, "negotiation", c.negotiation, "sni", c.sni, "route", c.route,
-			"backend", c.backendName, "endpoint", c.endpoint, "bytes_in", c.in, "bytes_out", c.out,
+			"backend", c.backendName, "endpoint", c.endpoint(), "bytes_in", c.in, "bytes_out", c.out,
 			"duration", time.Since(c.start), "outcome", outcome)
 	}
 }
@@ -444,7 +442,7 @@ func (c *conn) relayDone(res relay.Result) {
 	case relay.OutcomeNotTLS:
 		outcome = reasonBackendNotTLS
 		c.p.log.Warn("backend did not answer with TLS; a server-speaks-first protocol (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose it on a TCP listener with a TCPRoute",
-			"route", c.route, "backend", c.backendName, "endpoint", c.endpoint, "firstByte", quoteByte(res.FirstByte))
+			"route", c.route, "backend", c.backendName, "endpoint", c.endpoint(), "firstByte", quoteByte(res.FirstByte))
 	case "":
 	default:
 		outcome = res.Outcome
@@ -470,6 +468,15 @@ func (c *conn) endHalf(dst interface{ CloseWrite() error }, count *int64) func(i
 }
 
 const reasonBackendNotTLS = "backend_not_tls"
+
+// endpoint is the backend address for logs ("" before one was dialed). Formatted only when
+// a line is written, not on every connection.
+func (c *conn) endpoint() string {
+	if !c.endpointAddr.IsValid() {
+		return ""
+	}
+	return c.endpointAddr.String()
+}
 
 func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 
