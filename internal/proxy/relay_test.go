@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
@@ -112,3 +114,36 @@ func countFDs(t *testing.T) int {
 func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
 func pooledPipes() int { return relay.PooledPipes() }
+
+// Client-side keepalive is set once on the listening socket, which every accepted socket
+// inherits (Linux copies these options on accept); the relay sets it on the backend side.
+func TestListenerKeepAlive(t *testing.T) {
+	p := New(Options{Metrics: metrics.New(), KeepAlive: 45 * time.Second, Logger: testLogger(t)})
+	t.Cleanup(func() { p.Shutdown(t.Context()) })
+	addr := freeAddr(t)
+	port := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTCP,
+		TCP: &snapshot.Listener{Name: "gw/tcp", Route: route("r", backend(t, "A", nil))}}
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	rc, err := p.listeners[addr].ln.SyscallConn()
+	p.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Control(func(fd uintptr) {
+		for _, o := range []struct {
+			name       string
+			level, opt int
+			want       int
+		}{
+			{"SO_KEEPALIVE", syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1},
+			{"TCP_KEEPIDLE", syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, 45},
+		} {
+			if v, err := syscall.GetsockoptInt(int(fd), o.level, o.opt); err != nil || v != o.want {
+				t.Errorf("listener %s = %d, %v; want %d", o.name, v, err, o.want)
+			}
+		}
+	})
+}

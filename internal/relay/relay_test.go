@@ -336,6 +336,21 @@ func TestDialAttach(t *testing.T) {
 	}
 	backend := <-accepted
 	defer backend.Close()
+	// The dialed socket has what a relayed backend socket needs: no Nagle delay, and
+	// keepalive with the idle time asked for.
+	for _, o := range []struct {
+		name       string
+		level, opt int
+		want       int
+	}{
+		{"TCP_NODELAY", syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1},
+		{"SO_KEEPALIVE", syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1},
+		{"TCP_KEEPIDLE", syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, 30},
+	} {
+		if v, err := syscall.GetsockoptInt(p.fd[1], o.level, o.opt); err != nil || v != o.want {
+			t.Errorf("dialed socket %s = %d, %v; want %d", o.name, v, err, o.want)
+		}
+	}
 	client, a := tcpPair(t, ln)
 	defer client.Close()
 	res := make(chan Result, 1)
