@@ -75,7 +75,9 @@ type Relay struct {
 	next  atomic.Uint32
 
 	sweepMu   sync.Mutex
-	sweepEach time.Duration // 0 until a pair with an idle timeout starts
+	sweepEach time.Duration // 0 until a pair with an idle or dial timeout starts
+	// sweepSet mirrors sweepEach for the check every Dial makes, without the mutex.
+	sweepSet atomic.Int64
 	sweepWake chan struct{}
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -333,6 +335,9 @@ func (p *Pair) Abandon() { p.stopWith(nil, OutcomeShutdown) }
 // checks per timeout, so a pair ends between d and 1.25 d after its last byte.
 func (r *Relay) watch(d time.Duration) {
 	each := min(max(d/4, 5*time.Millisecond), time.Second)
+	if cur := r.sweepSet.Load(); cur != 0 && time.Duration(cur) <= each {
+		return // the common case: every connection's dial asks for the same timeout
+	}
 	r.sweepMu.Lock()
 	defer r.sweepMu.Unlock()
 	if r.sweepEach != 0 && r.sweepEach <= each {
@@ -340,6 +345,7 @@ func (r *Relay) watch(d time.Duration) {
 	}
 	first := r.sweepEach == 0
 	r.sweepEach = each
+	r.sweepSet.Store(int64(each))
 	if first {
 		go r.sweep()
 	} else {
