@@ -177,23 +177,7 @@ func expectRejectedTLS(t *testing.T, port int, cfg *tls.Config) {
 		t.Fatalf("connect :%d: %v (rejection must accept, then close)", port, err)
 	}
 	defer c.Close()
-	cc := &countingConn{Conn: c}
-	c.SetDeadline(time.Now().Add(ioTimeout))
-	herr := tls.Client(cc, cfg).Handshake()
-	if herr == nil {
-		t.Fatalf("handshake with SNI %q succeeded, want the connection closed", cfg.ServerName)
-	}
-	var ne net.Error
-	if errors.As(herr, &ne) && ne.Timeout() {
-		t.Fatalf("handshake timed out (%v): the gateway kept the connection open", herr)
-	}
-	n, closed, err := drain(c, ioTimeout)
-	if !closed {
-		t.Fatalf("connection still open after the failed handshake (%v)", err)
-	}
-	if total := cc.n + n; total != 0 {
-		t.Fatalf("received %d bytes, want 0 (handshake error: %v)", total, herr)
-	}
+	dbTLSNoBytes(t, c, cfg)
 }
 
 type countingConn struct {

@@ -284,28 +284,7 @@ func (g *gateway) waitExit(t *testing.T, timeout time.Duration) int {
 // sumMetric adds up the samples of a metric family in Prometheus text format whose label
 // key equals value.
 func sumMetric(text, name, key, value string) (float64, error) {
-	var sum float64
-	want := key + `="` + value + `"`
-	for _, line := range strings.Split(text, "\n") {
-		rest, ok := strings.CutPrefix(line, name+"{")
-		if !ok {
-			continue
-		}
-		labels, sample, ok := strings.Cut(rest, "} ")
-		if !ok || !hasLabel(labels, want) {
-			continue
-		}
-		f := strings.Fields(sample)
-		if len(f) == 0 {
-			return 0, fmt.Errorf("metric line without a value: %q", line)
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, fmt.Errorf("metric line %q: %w", line, err)
-		}
-		sum += v
-	}
-	return sum, nil
+	return dbSumMetric(text, name, key+"="+value)
 }
 
 // hasLabel reports whether the label list `a="x",b="y"` contains pair. Label values in the
