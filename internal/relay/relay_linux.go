@@ -77,7 +77,7 @@ type Relay struct {
 	sweepMu   sync.Mutex
 	sweepEach time.Duration // 0 until a pair with an idle or dial timeout starts
 	// sweepSet mirrors sweepEach for the check every Dial makes, without the mutex.
-	sweepSet atomic.Int64
+	sweepSet  atomic.Int64
 	sweepWake chan struct{}
 	stop      chan struct{}
 	closeOnce sync.Once
