@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
@@ -41,8 +43,11 @@ var helloBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }
 type conn struct {
 	p      *Proxy
 	pl     *portListener
-	client *net.TCPConn
+	client *net.TCPConn // nil while the relay holds the client's socket (adopted)
+	peer   netip.AddrPort
 	start  time.Time
+	// plan is the endpoint order of the dial in progress on a relay loop (router).
+	plan dialPlan
 
 	backendMu sync.Mutex
 	backend   *net.TCPConn
@@ -73,6 +78,7 @@ type conn struct {
 	// (guarded by backendMu, like relayEnded).
 	pair       *relay.Pair
 	relayEnded bool
+	released   bool // the relay gave the client back (guarded by backendMu)
 	closing    bool // closeAll ran (guarded by backendMu)
 	onEnd      []func()
 }
@@ -91,12 +97,60 @@ func (c *conn) end() {
 	p.conns.Done()
 }
 
-func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPConn) {
-	c := &conn{p: p, pl: pl, client: client, start: time.Now(), negotiation: "tls"}
+// newConn registers a connection just accepted from peer.
+func (p *Proxy) newConn(pl *portListener, peer netip.AddrPort) *conn {
+	c := &conn{p: p, pl: pl, peer: peer, start: time.Now(), negotiation: "tls"}
 	p.connMu.Lock()
 	p.connSet[c] = struct{}{}
 	p.connMu.Unlock()
 	pl.activeGauge.Inc()
+	return c
+}
+
+// serveFD serves a connection on a goroutine through Go's net package, with pre the bytes
+// the relay read from it already (see router.Release).
+func (c *conn) serveFD(fd int, pre []byte) {
+	client, err := fdConn(fd)
+	if err != nil {
+		unix.Close(fd)
+		c.p.log.Warn("accepted socket unusable", "address", c.pl.addr, "error", err)
+		c.p.rejected(c.pl.addr, c.peer.String(), "accept_failed", "", c.start, c.negotiation)
+		c.end()
+		return
+	}
+	// net.FileConn turned Go's default keepalive on: put the listener's setting back.
+	if rc, err := client.SyscallConn(); err == nil {
+		rc.Control(func(s uintptr) { setListenerSockopts(int(s), c.p.opts.KeepAlive) })
+	}
+	if c.p.opts.KeepAlive < 0 {
+		client.SetKeepAlive(false)
+	}
+	c.backendMu.Lock()
+	c.client = client
+	closing := c.closing
+	c.backendMu.Unlock()
+	if closing {
+		// A drain cut-off came while the relay held the socket.
+		client.Close()
+		c.finish(relay.OutcomeShutdown)
+		c.end()
+		return
+	}
+	port := c.p.snap.Load().Port(c.pl.addr)
+	if port == nil {
+		client.SetLinger(0)
+		client.Close()
+		c.end()
+		return
+	}
+	c.handle(port, pre)
+}
+
+// handle serves a connection with Go's net package: the paths the relay's router declines
+// (terminated TLS, HTTP, PostgreSQL's negotiation, rejections). pre holds the bytes read
+// from the client already.
+func (c *conn) handle(port *snapshot.Port, already []byte) {
+	p, pl, client := c.p, c.pl, c.client
 	defer func() {
 		if !c.async {
 			c.end()
@@ -113,9 +167,14 @@ func (p *Proxy) handle(pl *portListener, port *snapshot.Port, client *net.TCPCon
 		return
 	}
 
-	c.helloBuf = helloBufs.Get().(*[]byte)
+	if len(already) <= 4096 {
+		c.helloBuf = helloBufs.Get().(*[]byte)
+	} else {
+		b := make([]byte, len(already))
+		c.helloBuf = &b
+	}
 	defer c.releaseHello()
-	pre, reason := c.readPreamble(*c.helloBuf)
+	pre, reason := c.readPreamble(*c.helloBuf, copy(*c.helloBuf, already))
 	if reason != "" {
 		if reason == reasonTimeout && len(pre.buf) == 0 && c.negotiation == "tls" {
 			// The client sent nothing at all: it is most likely waiting for the server to
@@ -171,10 +230,15 @@ func (c *conn) releaseHello() {
 // reject closes a connection without writing a byte, and counts and logs why.
 func (p *Proxy) reject(addr string, c *net.TCPConn, reason, sni string, start time.Time, negotiation string) {
 	c.Close()
+	p.rejected(addr, c.RemoteAddr().String(), reason, sni, start, negotiation)
+}
+
+// rejected counts and logs a connection closed without a byte written.
+func (p *Proxy) rejected(addr, client, reason, sni string, start time.Time, negotiation string) {
 	p.m.Rejected.WithLabelValues(reason).Inc()
 	p.m.Connections.WithLabelValues(addr, "", "", negotiation, reason).Inc()
 	if p.opts.AccessLog {
-		p.log.Info("connection rejected", "client", c.RemoteAddr().String(), "address", addr,
+		p.log.Info("connection rejected", "client", client, "address", addr,
 			"negotiation", negotiation, "sni", sni, "outcome", reason,
 			"duration", time.Since(start))
 	}
@@ -191,36 +255,62 @@ func pick(r *snapshot.Route) *snapshot.Backend {
 // dial connects to an endpoint of b with one, starting at a random endpoint and trying the
 // next on failure; endpoints that keep failing are skipped while others remain.
 func (c *conn) dial(b *snapshot.Backend, one func(netip.AddrPort) error) error {
-	p := c.p
-	eps := b.Endpoints
-	n := len(eps)
-	start := rand.IntN(n)
-	now := time.Now()
+	plan := newDialPlan(b)
 	var lastErr error
-	for pass := 0; pass < 2; pass++ {
-		for i := 0; i < n; i++ {
-			ep := eps[(start+i)%n]
-			ej := p.health.ejected(ep, now)
-			if (pass == 0 && ej) || (pass == 1 && !ej) {
-				continue
-			}
-			t := time.Now()
-			err := one(ep)
-			if err == nil {
-				p.dialOK.Observe(time.Since(t).Seconds())
-				p.health.succeeded(ep)
-				c.endpointAddr = ep
-				return nil
-			}
-			p.dialErr.Observe(time.Since(t).Seconds())
-			lastErr = err
-			if p.health.failed(ep, time.Now()) {
-				p.log.Warn("backend endpoint ejected", "backend", b.Name, "endpoint", ep.String(),
-					"for", p.opts.EjectFor, "error", err)
+	for ep, ok := plan.next(&c.p.health); ok; ep, ok = plan.next(&c.p.health) {
+		t := time.Now()
+		err := one(ep)
+		c.dialed(b.Name, ep, time.Since(t), err)
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+	}
+	return lastErr
+}
+
+// dialed records a connect's outcome: the dial histogram, the endpoint's health, and the
+// endpoint for logs.
+func (c *conn) dialed(backend string, ep netip.AddrPort, took time.Duration, err error) {
+	p := c.p
+	if err == nil {
+		p.dialOK.Observe(took.Seconds())
+		p.health.succeeded(ep)
+		c.endpointAddr = ep
+		return
+	}
+	p.dialErr.Observe(took.Seconds())
+	if p.health.failed(ep, time.Now()) {
+		p.log.Warn("backend endpoint ejected", "backend", backend, "endpoint", ep.String(),
+			"for", p.opts.EjectFor, "error", err)
+	}
+}
+
+// dialPlan is the order a connection tries a backend's endpoints in: from a random one on,
+// first those not ejected, then the ejected ones (better than nothing).
+type dialPlan struct {
+	eps            []netip.AddrPort
+	start, pass, i int
+	now            time.Time
+}
+
+func newDialPlan(b *snapshot.Backend) dialPlan {
+	return dialPlan{eps: b.Endpoints, start: rand.IntN(len(b.Endpoints)), now: time.Now()}
+}
+
+// next returns the next endpoint to try, false when every one was tried.
+func (d *dialPlan) next(h *health) (netip.AddrPort, bool) {
+	n := len(d.eps)
+	for ; d.pass < 2; d.pass, d.i = d.pass+1, 0 {
+		for d.i < n {
+			ep := d.eps[(d.start+d.i)%n]
+			d.i++
+			if h.ejected(ep, d.now) == (d.pass == 1) {
+				return ep, true
 			}
 		}
 	}
-	return lastErr
+	return netip.AddrPort{}, false
 }
 
 // dialGo connects with Go's dialer: for backends the proxy talks to itself before relaying
@@ -381,7 +471,7 @@ func (c *conn) finish(outcome string) {
 		p.m.Bytes.WithLabelValues(c.route, "backend_to_client").Add(float64(c.out))
 	}
 	if p.opts.AccessLog {
-		p.log.Info("connection", "client", c.client.RemoteAddr().String(), "address", c.pl.addr,
+		p.log.Info("connection", "client", c.clientAddr(), "address", c.pl.addr,
 			"listener", c.listener, "negotiation", c.negotiation, "sni", c.sni, "route", c.route,
 			"backend", c.backendName, "endpoint", c.endpoint(), "bytes_in", c.in, "bytes_out", c.out,
 			"duration", time.Since(c.start), "outcome", outcome)
@@ -400,7 +490,9 @@ func (c *conn) closeAll() {
 	if c.tlsConn != nil {
 		c.tlsConn.Close()
 	}
-	c.client.Close()
+	if c.client != nil {
+		c.client.Close()
+	}
 	if c.backend != nil {
 		c.backend.Close()
 	}
@@ -418,7 +510,7 @@ func (c *conn) relayOptions(expectTLS bool) relay.Options {
 // end it, unless the relay has ended it already.
 func (c *conn) holdPair(pr *relay.Pair) {
 	c.backendMu.Lock()
-	if !c.relayEnded {
+	if !c.relayEnded && !c.released {
 		c.pair = pr
 		if c.closing {
 			// A drain cut-off came between the hand-over and now: it closed the net.Conns
@@ -468,6 +560,14 @@ func (c *conn) endHalf(dst interface{ CloseWrite() error }, count *int64) func(i
 }
 
 const reasonBackendNotTLS = "backend_not_tls"
+
+// clientAddr is the client's address for logs.
+func (c *conn) clientAddr() string {
+	if c.client != nil {
+		return c.client.RemoteAddr().String()
+	}
+	return c.peer.String()
+}
 
 // endpoint is the backend address for logs ("" before one was dialed). Formatted only when
 // a line is written, not on every connection.

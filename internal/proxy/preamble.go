@@ -40,14 +40,16 @@ type preamble struct {
 }
 
 // readPreamble reads from the client until it holds a complete ClientHello, handling the
-// PostgreSQL requests that may come first, under the hello deadline and size cap. It
-// returns a reject reason when the connection must be closed without a byte (or, for a
-// plaintext PostgreSQL startup, after the error response was written).
-func (c *conn) readPreamble(buf []byte) (preamble, string) {
+// PostgreSQL requests that may come first, under the hello deadline and size cap. The first
+// n bytes of buf were read already. It returns a reject reason when the connection must be
+// closed without a byte (or, for a plaintext PostgreSQL startup, after the error response
+// was written).
+func (c *conn) readPreamble(buf []byte, n int) (preamble, string) {
 	var (
 		pre    preamble
 		parser clienthello.Parser
-		n      int
+		// held: the first n bytes are decided on before reading more.
+		held = n
 		// pgPhase: 0 = PostgreSQL requests allowed, 1 = only TLS may follow (after an
 		// SSLRequest was answered), 2 = the first bytes were TLS.
 		pgPhase int
@@ -65,8 +67,16 @@ func (c *conn) readPreamble(buf []byte) (preamble, string) {
 			copy(nb, buf[:n])
 			buf = nb
 		}
-		k, err := c.client.Read(buf[n:])
-		n += k
+		var (
+			k   int
+			err error
+		)
+		if held > 0 {
+			k, held = held, 0
+		} else {
+			k, err = c.client.Read(buf[n:])
+			n += k
+		}
 	decide:
 		for k > 0 && n > 0 {
 			pre.buf = buf[:n]

@@ -4,6 +4,12 @@
 //
 // The proxy reads only snapshots (package snapshot) and imports no Gateway API types.
 //
+// How a connection flows: the accept loop takes the socket with a raw accept4 and gives it
+// to the relay (relay.Adopt), whose event loop reads the ClientHello and calls router.Route
+// on the loop. A passthrough or TCP route is dialed and relayed right there; anything else
+// (terminate, HTTPS, HTTP, PostgreSQL's SSLRequest, every rejection) is released back with
+// the bytes read so far to conn.serveFD, a goroutine with a net.Conn (conn.go).
+//
 //	p := proxy.New(proxy.Options{Metrics: metrics.New(), Logger: slog.Default()})
 //	if err := p.Apply(snap); err != nil { ... } // binds new ports, swaps the table, closes old ports
 //	...
@@ -24,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -31,6 +38,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/snigate/snigate/internal/httpproxy"
 	"github.com/snigate/snigate/internal/metrics"
@@ -289,7 +297,7 @@ func (p *Proxy) relay() (*relay.Relay, error) {
 
 type portListener struct {
 	addr   string
-	ln     *net.TCPListener
+	ln     *rawListener
 	active atomic.Int64
 	pg     pgTracker
 	// activeGauge is this port's child of snigate_active_connections, resolved once here
@@ -318,15 +326,23 @@ func (p *Proxy) listen(addr string) (*portListener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &portListener{addr: addr, ln: ln.(*net.TCPListener), activeGauge: p.m.Active.WithLabelValues(addr)}, nil
+	rl, err := newRawListener(ln.(*net.TCPListener))
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return &portListener{addr: addr, ln: rl, activeGauge: p.m.Active.WithLabelValues(addr)}, nil
 }
 
+// serve accepts the port's connections. Passthrough and TCP connections are adopted by the
+// relay, which reads the ClientHello and dials from its event loops (see router); the
+// others, and any the router declines, continue on a goroutine with a net.Conn (serveFD).
 func (p *Proxy) serve(pl *portListener) {
 	var tempDelay time.Duration
 	for {
-		c, err := pl.ln.AcceptTCP()
+		fd, peer, err := pl.ln.accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, os.ErrClosed) {
 				return
 			}
 			// Out of file descriptors and similar: back off instead of spinning.
@@ -342,17 +358,31 @@ func (p *Proxy) serve(pl *portListener) {
 		tempDelay = 0
 		port := p.snap.Load().Port(pl.addr)
 		if port == nil {
-			c.SetLinger(0)
-			c.Close()
+			closeReset(fd)
 			continue
 		}
 		n := pl.active.Add(1)
 		if port.MaxConnections > 0 && n > int64(port.MaxConnections) {
 			pl.active.Add(-1)
-			p.reject(pl.addr, c, "limit", "", time.Now(), "")
+			unix.Close(fd)
+			p.rejected(pl.addr, peer.String(), reasonLimit, "", time.Now(), "")
 			continue
 		}
 		p.conns.Add(1)
-		go p.handle(pl, port, c)
+		c := p.newConn(pl, peer)
+		if port.Protocol == snapshot.ProtocolHTTP {
+			go c.serveFD(fd, nil)
+			continue
+		}
+		rl, err := p.relay()
+		if err != nil {
+			go c.serveFD(fd, nil) // forward reports the relay's error
+			continue
+		}
+		// Relayed bytes go out as they come, like Go's own accepted sockets: no Nagle delay.
+		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		if pr := rl.Adopt(fd, c.start.Add(p.opts.HelloTimeout), router{}, c); pr != nil {
+			c.holdPair(pr)
+		}
 	}
 }

@@ -19,8 +19,14 @@
 //		// both sockets are closed: Start took them over
 //	})
 //
-// The done callback runs on a loop once both directions have ended; p.Stop ends a pair
-// early (a drain that ran out of time).
+// or, cheapest, give it the freshly accepted socket and let a loop read the client's first
+// bytes, ask a Router where they go, dial and relay, with no goroutine at any point:
+//
+//	p := r.Adopt(fd, time.Now().Add(helloTimeout), router, conn)
+//	// router.Route(p, conn, pre) → Wait, Release (the socket comes back) or Connect
+//
+// The done callback (Router.Done for Adopt) runs on a loop once both directions have ended;
+// p.Stop ends a pair early (a drain that ran out of time).
 //
 // Why not a goroutine per direction: a goroutine parked in Read keeps its stack (2 KiB at
 // least, usually more), so an idle database session held two of them, about 8 KB of the

@@ -201,11 +201,8 @@ func (p *Pair) publish() {
 }
 
 func (p *Pair) setup(o Options, done func(Result), preface []byte) {
-	p.opts, p.done, p.checkTLS = o, done, o.ExpectTLS
-	if o.IdleTimeout > 0 {
-		p.lastActive.Store(time.Now().UnixNano())
-		p.r.watch(o.IdleTimeout)
-	}
+	p.done = done
+	p.setOptions(o)
 	if len(preface) > 0 {
 		// Bytes already read from A go to B first, written by the loop like any others.
 		var bp *[]byte
@@ -219,9 +216,22 @@ func (p *Pair) setup(o Options, done func(Result), preface []byte) {
 	}
 }
 
-func (p *Pair) register(side int) error {
+// setOptions applies o to a pair about to move bytes.
+func (p *Pair) setOptions(o Options) {
+	p.opts, p.checkTLS = o, o.ExpectTLS
+	if o.IdleTimeout > 0 {
+		p.lastActive.Store(time.Now().UnixNano())
+		p.idle.Store(int64(o.IdleTimeout))
+		p.r.watch(o.IdleTimeout)
+	}
+}
+
+func (p *Pair) register(side int) error { return p.registerFD(p.fd[side], side) }
+
+// registerFD puts fd, the pair's socket on side, in the loop's epoll set.
+func (p *Pair) registerFD(fd, side int) error {
 	ev := unix.EpollEvent{Events: sockEvents, Fd: p.slot<<1 | int32(side), Pad: int32(p.gen)}
-	if err := unix.EpollCtl(p.l.epfd, unix.EPOLL_CTL_ADD, p.fd[side], &ev); err != nil {
+	if err := unix.EpollCtl(p.l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	return nil
@@ -254,19 +264,9 @@ type DialOptions struct {
 // in Go's poller, which saves four system calls per connection (Go's registration and
 // removal, getsockname, getpeername) and the net.Conn bookkeeping an idle connection keeps.
 func (r *Relay) Dial(ep netip.AddrPort, o DialOptions) (*Pair, error) {
-	fd, err := rawSocket(ep)
+	fd, err := openConnect(ep, o.KeepAlive)
 	if err != nil {
-		return nil, os.NewSyscallError("socket", err)
-	}
-	if err := setDialSockopts(fd, o.KeepAlive); err != nil {
-		rawClose(fd)
 		return nil, err
-	}
-	switch err := rawConnect(fd, ep); err {
-	case nil, unix.EINPROGRESS:
-	default:
-		rawClose(fd)
-		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ep), Err: os.NewSyscallError("connect", err)}
 	}
 	p := r.newPair(-1, fd)
 	p.ownsB = true
@@ -286,6 +286,26 @@ func (r *Relay) Dial(ep netip.AddrPort, o DialOptions) (*Pair, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// openConnect makes a non-blocking socket with the options a relayed backend socket needs
+// and starts its connect to ep.
+func openConnect(ep netip.AddrPort, keepAlive time.Duration) (int, error) {
+	fd, err := rawSocket(ep)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	if err := setDialSockopts(fd, keepAlive); err != nil {
+		rawClose(fd)
+		return -1, err
+	}
+	switch err := rawConnect(fd, ep); err {
+	case nil, unix.EINPROGRESS:
+		return fd, nil
+	default:
+		rawClose(fd)
+		return -1, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ep), Err: os.NewSyscallError("connect", err)}
+	}
 }
 
 // setDialSockopts sets what a relayed backend socket needs: no Nagle delay (the relay
@@ -383,7 +403,7 @@ func (r *Relay) sweep() {
 				}
 				if dl := p.dialDeadline.Load(); dl != 0 && now >= dl {
 					timedOut = append(timedOut, p)
-				} else if p.started.Load() && p.opts.IdleTimeout > 0 && now-p.lastActive.Load() >= int64(p.opts.IdleTimeout) {
+				} else if it := p.idle.Load(); it > 0 && p.started.Load() && now-p.lastActive.Load() >= it {
 					idle = append(idle, p)
 				}
 			}
@@ -552,15 +572,26 @@ type Pair struct {
 	done func(Result)
 
 	lastActive atomic.Int64 // unix nanoseconds of the last byte moved (with IdleTimeout)
-	// started is set once both sides are known (Start, Attach); it publishes opts, done,
-	// fd[0] and the preface to the loop.
+	// idle is opts.IdleTimeout for the sweeper, which must not read opts: an adopted pair
+	// gets its options on the loop, after it is published.
+	idle atomic.Int64
+	// started is set once the loop may run the pair (Start, Attach, Adopt); it publishes
+	// opts, done, fd[0] and the preface to the loop.
 	started atomic.Bool
-	// dialDeadline is when a Dial gives up (unix nanoseconds); 0 once it is over.
+	// dialDeadline is when a Dial gives up, or when an adopted client's preface must be
+	// routed (unix nanoseconds); 0 when nothing waits.
 	dialDeadline atomic.Int64
 	dialTimedOut atomic.Bool
 	dialed       chan error // Dial's outcome, sent once by the loop
 	ep           netip.AddrPort
-	ownsA, ownsB bool // the relay closes these sockets (Attach, Dial)
+	ownsA, ownsB bool // the relay closes these sockets (Attach, Dial, Adopt)
+
+	// An adopted client's router and the caller's tag for it (Adopt); dialStart is when
+	// the connect the router asked for began.
+	rt        Router
+	tag       any
+	dialOpts  DialOptions
+	dialStart time.Time
 
 	mu      sync.Mutex // guards closed, stopped and what Stop records
 	closed  bool       // the loop has ended the pair
@@ -568,8 +599,10 @@ type Pair struct {
 	stopOut string
 	stopErr error
 
-	// Owned by the loop goroutine (dialing is set before the socket is registered).
+	// Owned by the loop goroutine (dialing and adopting are set before the socket is
+	// registered).
 	dialing  bool
+	adopting bool // an adopted client whose router has not chosen a backend yet
 	queued   bool
 	finished bool
 	checkTLS bool
@@ -641,8 +674,14 @@ func (p *Pair) run() (more bool) {
 	p.mu.Lock()
 	stopped, out, serr := p.stopped, p.stopOut, p.stopErr
 	p.mu.Unlock()
-	if p.dialing {
-		p.dial(stopped)
+	if stopped && p.rt != nil {
+		p.finish(serr, out, 0) // an adopted client, in any phase: the router hears of it
+		return false
+	}
+	if p.adopting {
+		return p.adopt()
+	}
+	if p.dialing && !p.dial(stopped) {
 		return false
 	}
 	if stopped {
@@ -678,8 +717,9 @@ func (p *Pair) run() (more bool) {
 }
 
 // dial moves a connect on: it reports the outcome once the socket is writable or failed,
-// or the timeout once the sweeper flagged it.
-func (p *Pair) dial(stopped bool) {
+// or the timeout once the sweeper flagged it. It returns true when an adopted client's
+// backend has just connected: its bytes can move at once.
+func (p *Pair) dial(stopped bool) bool {
 	var err error
 	switch {
 	case stopped:
@@ -696,15 +736,27 @@ func (p *Pair) dial(stopped bool) {
 		default:
 			p.dialing = false
 			p.dialDeadline.Store(0)
+			if p.rt != nil {
+				p.rt.Dialed(p.tag, p.ep, time.Since(p.dialStart), nil)
+				return true
+			}
 			p.dialed <- nil
-			return
+			return false
 		}
 	default:
-		return // not connected yet
+		return false // not connected yet
 	}
 	p.dialing = false
+	oerr := &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(p.ep), Err: err}
+	if p.rt != nil {
+		rawClose(p.fd[1]) // also takes it out of the epoll set
+		p.fd[1], p.ownsB = -1, false
+		p.redial(oerr)
+		return false
+	}
 	p.finish(nil, "", 0) // closes the socket; no done callback before Attach
-	p.dialed <- &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(p.ep), Err: err}
+	p.dialed <- oerr
+	return false
 }
 
 var errAbandoned = errors.New("dial abandoned")
@@ -868,13 +920,17 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 	if p.ownsB {
 		rawClose(p.fd[1])
 	}
-	if p.done == nil {
-		return // a dial that failed or was abandoned
-	}
 	if errors.Is(err, unix.EAGAIN) {
 		err = nil
 	}
-	p.done(Result{Bytes: [2]int64{p.d[0].n, p.d[1].n}, Err: err, Outcome: outcome, FirstByte: first})
+	res := Result{Bytes: [2]int64{p.d[0].n, p.d[1].n}, Err: err, Outcome: outcome, FirstByte: first}
+	switch {
+	case p.rt != nil:
+		p.rt.Done(p.tag, res)
+	case p.done != nil:
+		p.done(res)
+	}
+	// (Neither: a Dial that failed or was abandoned.)
 }
 
 // The system calls of the data path are made with RawSyscall: every one of them is on a

@@ -1,0 +1,330 @@
+package relay
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testRouter is a Router whose verdicts come from a function; it records what the relay
+// told it.
+type testRouter struct {
+	route func(pre []byte) Verdict
+	// next is what Dialed returns after a failure, one entry per failure.
+	next []netip.AddrPort
+
+	mu       sync.Mutex
+	routed   []string // pre, per Route call
+	dials    []error  // per Dialed call
+	released chan released
+	done     chan Result
+}
+
+type released struct {
+	fd  int
+	pre []byte
+	err error
+	tag any
+}
+
+func newTestRouter(route func(pre []byte) Verdict) *testRouter {
+	return &testRouter{route: route, released: make(chan released, 1), done: make(chan Result, 1)}
+}
+
+func (r *testRouter) Route(_ *Pair, _ any, pre []byte) Verdict {
+	r.mu.Lock()
+	r.routed = append(r.routed, string(pre))
+	r.mu.Unlock()
+	return r.route(pre)
+}
+
+func (r *testRouter) Dialed(_ any, _ netip.AddrPort, _ time.Duration, err error) netip.AddrPort {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dials = append(r.dials, err)
+	if err == nil || len(r.next) == 0 {
+		return netip.AddrPort{}
+	}
+	n := r.next[0]
+	r.next = r.next[1:]
+	return n
+}
+
+func (r *testRouter) Release(tag any, fd int, pre []byte, err error) {
+	r.released <- released{fd: fd, pre: append([]byte(nil), pre...), err: err, tag: tag}
+}
+
+func (r *testRouter) Done(_ any, res Result) { r.done <- res }
+
+func (r *testRouter) waitDone(t *testing.T) Result {
+	t.Helper()
+	select {
+	case res := <-r.done:
+		return res
+	case rel := <-r.released:
+		t.Fatalf("released (%v) instead of done", rel.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Done after 10s")
+	}
+	return Result{}
+}
+
+func (r *testRouter) waitReleased(t *testing.T) released {
+	t.Helper()
+	select {
+	case rel := <-r.released:
+		return rel
+	case res := <-r.done:
+		t.Fatalf("done (%+v) instead of released", res)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Release after 10s")
+	}
+	return released{}
+}
+
+// acceptedFD returns a client connection and the raw non-blocking fd of its accepted side,
+// out of Go's poller, as a proxy's accept loop has it.
+func acceptedFD(t *testing.T, ln *net.TCPListener) (*net.TCPConn, int) {
+	t.Helper()
+	client, a := tcpPair(t, ln)
+	t.Cleanup(func() { client.Close() })
+	fd, err := dupOf(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	return client, fd
+}
+
+// untilLine routes once pre holds a whole line, to to.
+func untilLine(to netip.AddrPort) func([]byte) Verdict {
+	return func(pre []byte) Verdict {
+		if !bytes.Contains(pre, []byte("\n")) {
+			return Verdict{Action: Wait}
+		}
+		return Verdict{Action: Connect, To: to, Dial: DialOptions{Timeout: 5 * time.Second, KeepAlive: -1}}
+	}
+}
+
+// The loop reads the client's preface in pieces, routes it when the router says so, writes
+// it to the backend first and relays both ways; Done reports the bytes.
+func TestAdoptRoutesAndRelays(t *testing.T) {
+	r := newRelay(t, 2)
+	ln, bln := listen(t), listen(t)
+	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
+	client, fd := acceptedFD(t, ln)
+	if p := r.Adopt(fd, time.Now().Add(5*time.Second), rt, "tag"); p == nil {
+		t.Fatal("Adopt returned no pair")
+	}
+	client.Write([]byte("HEL"))
+	time.Sleep(20 * time.Millisecond) // a second read, a second Route
+	client.Write([]byte("LO\nand more"))
+	backend, err := bln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	backend.SetDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len("HELLO\nand more"))
+	if _, err := io.ReadFull(backend, got); err != nil || string(got) != "HELLO\nand more" {
+		t.Fatalf("backend got %q, %v", got, err)
+	}
+	backend.Write([]byte("answer"))
+	client.SetDeadline(time.Now().Add(5 * time.Second))
+	ans := make([]byte, 6)
+	if _, err := io.ReadFull(client, ans); err != nil || string(ans) != "answer" {
+		t.Fatalf("client got %q, %v", ans, err)
+	}
+	client.Close()
+	backend.Close()
+	res := rt.waitDone(t)
+	if res.Bytes != [2]int64{14, 6} {
+		t.Fatalf("result %+v, want 14 and 6 bytes", res)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.routed) < 3 || rt.routed[0] != "" || rt.routed[len(rt.routed)-1] != "HELLO\n" && rt.routed[len(rt.routed)-1] != "HELLO\nand more" {
+		t.Fatalf("Route saw %q: want nothing first (inside Adopt), then the preface growing", rt.routed)
+	}
+	if len(rt.dials) != 1 || rt.dials[0] != nil {
+		t.Fatalf("Dialed calls %v, want one success", rt.dials)
+	}
+	waitPairs(t, r, 0)
+}
+
+// A router that connects at once (a TCP listener) gets the backend dialed inside Adopt.
+func TestAdoptConnectAtOnce(t *testing.T) {
+	r := newRelay(t, 1)
+	ln, bln := listen(t), listen(t)
+	to := bln.Addr().(*net.TCPAddr).AddrPort()
+	rt := newTestRouter(func([]byte) Verdict {
+		return Verdict{Action: Connect, To: to, Dial: DialOptions{Timeout: 5 * time.Second}}
+	})
+	client, fd := acceptedFD(t, ln)
+	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
+	backend, err := bln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend.Write([]byte("greeting")) // a server that speaks first
+	client.SetDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 8)
+	if _, err := io.ReadFull(client, got); err != nil || string(got) != "greeting" {
+		t.Fatalf("client got %q, %v", got, err)
+	}
+	backend.Close()
+	client.Close()
+	if res := rt.waitDone(t); res.Bytes != [2]int64{0, 8} {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// Release hands the socket back with what was read, and the socket still works; a client that
+// sends nothing is released at the deadline, one that closes with io.EOF, and one whose
+// preface outgrows the buffer with ErrPrefaceFull.
+func TestAdoptRelease(t *testing.T) {
+	r := newRelay(t, 1)
+	ln := listen(t)
+
+	rt := newTestRouter(func(pre []byte) Verdict {
+		if len(pre) < 4 {
+			return Verdict{Action: Wait}
+		}
+		return Verdict{Action: Release}
+	})
+	client, fd := acceptedFD(t, ln)
+	r.Adopt(fd, time.Now().Add(5*time.Second), rt, 42)
+	client.Write([]byte("GET / HTTP/1.1\r\n"))
+	rel := rt.waitReleased(t)
+	if rel.err != nil || rel.tag != 42 || !bytes.HasPrefix([]byte("GET / HTTP/1.1\r\n"), rel.pre) || len(rel.pre) < 4 {
+		t.Fatalf("released %q, %v, tag %v", rel.pre, rel.err, rel.tag)
+	}
+	f := os.NewFile(uintptr(rel.fd), "")
+	nc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Write([]byte("ok"))
+	nc.Close()
+	client.SetDeadline(time.Now().Add(5 * time.Second))
+	if got, _ := io.ReadAll(client); string(got) != "ok" {
+		t.Fatalf("client read %q from the released socket", got)
+	}
+
+	wait := newTestRouter(func([]byte) Verdict { return Verdict{Action: Wait} })
+	_, fd = acceptedFD(t, ln)
+	t0 := time.Now()
+	r.Adopt(fd, t0.Add(100*time.Millisecond), wait, nil)
+	rel = wait.waitReleased(t)
+	if !errors.Is(rel.err, ErrDeadline) || len(rel.pre) != 0 {
+		t.Fatalf("silent client released with %q, %v; want ErrDeadline", rel.pre, rel.err)
+	}
+	if d := time.Since(t0); d < 100*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("released after %v, want 100-125ms", d)
+	}
+	os.NewFile(uintptr(rel.fd), "").Close()
+
+	client, fd = acceptedFD(t, ln)
+	r.Adopt(fd, time.Now().Add(5*time.Second), wait, nil)
+	client.Write([]byte("bye"))
+	client.Close()
+	rel = wait.waitReleased(t)
+	if rel.err != io.EOF || string(rel.pre) != "bye" {
+		t.Fatalf("closed client released with %q, %v; want io.EOF", rel.pre, rel.err)
+	}
+	os.NewFile(uintptr(rel.fd), "").Close()
+
+	client, fd = acceptedFD(t, ln)
+	r.Adopt(fd, time.Now().Add(5*time.Second), wait, nil)
+	go client.Write(make([]byte, bufSize+100))
+	rel = wait.waitReleased(t)
+	if !errors.Is(rel.err, ErrPrefaceFull) || len(rel.pre) != bufSize {
+		t.Fatalf("big preface released with %d bytes, %v; want %d and ErrPrefaceFull", len(rel.pre), rel.err, bufSize)
+	}
+	os.NewFile(uintptr(rel.fd), "").Close()
+	waitPairs(t, r, 0)
+}
+
+// After a failed connect the router's next endpoint is dialed; when it has none left, the
+// pair ends with OutcomeDialFailed and the client is closed.
+func TestAdoptDialFailures(t *testing.T) {
+	r := newRelay(t, 1)
+	ln, bln := listen(t), listen(t)
+	dead := listen(t)
+	deadAddr := dead.Addr().(*net.TCPAddr).AddrPort()
+	dead.Close()
+
+	rt := newTestRouter(untilLine(deadAddr))
+	rt.next = []netip.AddrPort{deadAddr, bln.Addr().(*net.TCPAddr).AddrPort()}
+	client, fd := acceptedFD(t, ln)
+	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
+	client.Write([]byte("hi\n"))
+	backend, err := bln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend.SetDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 3)
+	if _, err := io.ReadFull(backend, got); err != nil || string(got) != "hi\n" {
+		t.Fatalf("backend got %q, %v", got, err)
+	}
+	backend.Close()
+	client.Close()
+	rt.waitDone(t)
+	rt.mu.Lock()
+	dials := rt.dials
+	rt.mu.Unlock()
+	if len(dials) != 3 || dials[0] == nil || dials[1] == nil || dials[2] != nil {
+		t.Fatalf("Dialed calls %v, want two failures and a success", dials)
+	}
+
+	gone := newTestRouter(untilLine(deadAddr))
+	client, fd = acceptedFD(t, ln)
+	r.Adopt(fd, time.Now().Add(5*time.Second), gone, nil)
+	client.Write([]byte("hi\n"))
+	res := gone.waitDone(t)
+	if res.Outcome != OutcomeDialFailed || res.Err == nil {
+		t.Fatalf("result %+v, want %s with the error", res, OutcomeDialFailed)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := client.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("client of a failed dial read %d, %v; want it closed", n, err)
+	}
+	waitPairs(t, r, 0)
+}
+
+// Stop ends an adopted client before any verdict, and Done says so.
+func TestAdoptStop(t *testing.T) {
+	r := newRelay(t, 1)
+	ln := listen(t)
+	rt := newTestRouter(func([]byte) Verdict { return Verdict{Action: Wait} })
+	client, fd := acceptedFD(t, ln)
+	p := r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
+	p.Stop(OutcomeShutdown)
+	if res := rt.waitDone(t); res.Outcome != OutcomeShutdown {
+		t.Fatalf("result %+v, want %s", res, OutcomeShutdown)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := client.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("stopped client read %d, %v; want it closed", n, err)
+	}
+	waitPairs(t, r, 0)
+}
+
+func waitPairs(t *testing.T, r *Relay, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Pairs() != n && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := r.Pairs(); got != n {
+		t.Fatalf("%d pairs running, want %d", got, n)
+	}
+}
