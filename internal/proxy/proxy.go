@@ -379,8 +379,6 @@ func (p *Proxy) serve(pl *portListener) {
 			go c.serveFD(fd, nil) // forward reports the relay's error
 			continue
 		}
-		// Relayed bytes go out as they come, like Go's own accepted sockets: no Nagle delay.
-		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		if pr := rl.Adopt(fd, c.start.Add(p.opts.HelloTimeout), router{}, c); pr != nil {
 			c.holdPair(pr)
 		}

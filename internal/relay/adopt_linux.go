@@ -78,6 +78,8 @@ type Verdict struct {
 // back with ErrDeadline. Adopt returns the pair (Stop ends it, in any phase), or nil when
 // the client was released or its pair ended (every dial failed at once) inside Adopt.
 func (r *Relay) Adopt(fd int, deadline time.Time, rt Router, tag any) *Pair {
+	// Bytes go out as they are read, so no Nagle delay (accepted sockets do not inherit it).
+	rawSetsockopt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	p := r.newPair(fd, -1)
 	p.ownsA, p.rt, p.tag, p.adopting = true, rt, tag, true
 	// Everything is set up before the sockets are registered: from then on the loop owns
@@ -229,7 +231,7 @@ func (p *Pair) release(err error) {
 	p.closed = true
 	p.mu.Unlock()
 	// The fd stays open for the caller, so closing cannot take it out of the epoll set.
-	unix.EpollCtl(p.l.epfd, unix.EPOLL_CTL_DEL, p.fd[0], nil)
+	rawEpollCtl(p.l.epfd, unix.EPOLL_CTL_DEL, p.fd[0], &unix.EpollEvent{})
 	p.unpublish()
 	d := &p.d[0]
 	var pre []byte
