@@ -20,6 +20,13 @@ type rawListener struct {
 	rc     syscall.RawConn
 	addr   net.Addr
 	closed atomic.Bool
+
+	// What one accept4 call returns, kept here with the callback that fills them so that
+	// accepting allocates nothing (one goroutine accepts per listener).
+	acceptFn func(uintptr) bool
+	sa       unix.RawSockaddrAny
+	fd       int
+	aerr     error
 }
 
 // newRawListener takes ln's socket over (ln is closed; the socket stays open and bound).
@@ -44,7 +51,9 @@ func newRawListener(ln *net.TCPListener) (*rawListener, error) {
 		f.Close()
 		return nil, err
 	}
-	return &rawListener{f: f, rc: frc, addr: addr}, nil
+	l := &rawListener{f: f, rc: frc, addr: addr}
+	l.acceptFn = l.accept4
+	return l, nil
 }
 
 func (l *rawListener) Close() error {
@@ -57,39 +66,40 @@ func (l *rawListener) SyscallConn() (syscall.RawConn, error) { return l.rc, nil 
 
 // accept returns the next connection's socket (non-blocking, close-on-exec) and its peer
 // address, parking until one comes. After Close it returns an error that is os.ErrClosed.
+// Only one goroutine may call it.
 func (l *rawListener) accept() (int, netip.AddrPort, error) {
-	var (
-		fd   = -1
-		peer netip.AddrPort
-		aerr error
-	)
-	err := l.rc.Read(func(s uintptr) bool {
-		for {
-			var sa unix.RawSockaddrAny
-			n := uint32(unsafe.Sizeof(sa))
-			r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, s, uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&n)),
-				unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
-			switch e {
-			case 0:
-				fd, peer = int(r), sockaddrAddrPort(&sa)
-				return true
-			case unix.EAGAIN:
-				return false // wait in the poller
-			case unix.EINTR, unix.ECONNABORTED:
-				continue // that one gave up before it was accepted: take the next
-			default:
-				aerr = os.NewSyscallError("accept4", e)
-				return true
-			}
-		}
-	})
-	if err != nil {
+	l.fd, l.aerr = -1, nil
+	if err := l.rc.Read(l.acceptFn); err != nil {
 		if l.closed.Load() {
 			err = os.ErrClosed // the poller's own error for it is not exported
 		}
-		return -1, peer, err
+		return -1, netip.AddrPort{}, err
 	}
-	return fd, peer, aerr
+	if l.aerr != nil {
+		return -1, netip.AddrPort{}, l.aerr
+	}
+	return l.fd, sockaddrAddrPort(&l.sa), nil
+}
+
+// accept4 is accept's callback: true when it has a socket or an error, false to wait.
+func (l *rawListener) accept4(s uintptr) bool {
+	for {
+		n := uint32(unsafe.Sizeof(l.sa))
+		r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, s, uintptr(unsafe.Pointer(&l.sa)), uintptr(unsafe.Pointer(&n)),
+			unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+		switch e {
+		case 0:
+			l.fd = int(r)
+			return true
+		case unix.EAGAIN:
+			return false // wait in the poller
+		case unix.EINTR, unix.ECONNABORTED:
+			continue // that one gave up before it was accepted: take the next
+		default:
+			l.aerr = os.NewSyscallError("accept4", e)
+			return true
+		}
+	}
 }
 
 // sockaddrAddrPort converts what accept4 wrote. IPv4-mapped IPv6 addresses are unmapped,

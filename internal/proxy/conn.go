@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -12,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/snigate/snigate/internal/relay"
@@ -465,10 +468,11 @@ func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) 
 func (c *conn) finish(outcome string) {
 	c.closeAll()
 	p := c.p
-	p.m.Connections.WithLabelValues(c.pl.addr, c.listener, c.route, c.negotiation, outcome).Inc()
-	if c.route != "" {
-		p.m.Bytes.WithLabelValues(c.route, "client_to_backend").Add(float64(c.in))
-		p.m.Bytes.WithLabelValues(c.route, "backend_to_client").Add(float64(c.out))
+	ec := p.endCounters(endKey{c.pl.addr, c.listener, c.route, c.negotiation, outcome})
+	ec.conns.Inc()
+	if ec.in != nil {
+		ec.in.Add(float64(c.in))
+		ec.out.Add(float64(c.out))
 	}
 	if p.opts.AccessLog {
 		p.log.Info("connection", "client", c.clientAddr(), "address", c.pl.addr,
@@ -539,7 +543,9 @@ func (c *conn) relayDone(res relay.Result) {
 	default:
 		outcome = res.Outcome
 	}
-	if res.Err != nil {
+	// Checked first: the arguments would be boxed (allocated) even for a disabled level, and
+	// a reset ends many connections.
+	if res.Err != nil && c.p.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.p.log.Debug("relay ended on an error", "sni", c.sni, "route", c.route, "error", res.Err)
 	}
 	c.finish(outcome)
@@ -560,6 +566,33 @@ func (c *conn) endHalf(dst interface{ CloseWrite() error }, count *int64) func(i
 }
 
 const reasonBackendNotTLS = "backend_not_tls"
+
+// endKey is the label set of a finished connection's counters.
+type endKey struct{ addr, listener, route, negotiation, outcome string }
+
+// endCounters are the counters a finished connection adds to: snigate_connections_total's
+// child, and snigate_bytes_total's two for its route (nil without a route).
+type endCounters struct{ conns, in, out prometheus.Counter }
+
+// endCounters returns k's counters, resolved once: a label lookup costs a hash of every
+// label, a UTF-8 check of each and an allocation, three times per connection.
+func (p *Proxy) endCounters(k endKey) *endCounters {
+	p.endMu.RLock()
+	ec := p.ends[k]
+	p.endMu.RUnlock()
+	if ec != nil {
+		return ec
+	}
+	ec = &endCounters{conns: p.m.Connections.WithLabelValues(k.addr, k.listener, k.route, k.negotiation, k.outcome)}
+	if k.route != "" {
+		ec.in = p.m.Bytes.WithLabelValues(k.route, "client_to_backend")
+		ec.out = p.m.Bytes.WithLabelValues(k.route, "backend_to_client")
+	}
+	p.endMu.Lock()
+	p.ends[k] = ec
+	p.endMu.Unlock()
+	return ec
+}
 
 // clientAddr is the client's address for logs.
 func (c *conn) clientAddr() string {

@@ -133,6 +133,10 @@ type Proxy struct {
 	relays    *relay.Relay
 	relayErr  error
 
+	// ends caches the counters of finished connections by label set (endCounters).
+	endMu sync.RWMutex
+	ends  map[endKey]*endCounters
+
 	conns     sync.WaitGroup
 	connMu    sync.Mutex
 	connSet   map[*conn]struct{}
@@ -149,6 +153,7 @@ func New(opts Options) *Proxy {
 		m:         opts.Metrics,
 		listeners: map[string]*portListener{},
 		connSet:   map[*conn]struct{}{},
+		ends:      map[endKey]*endCounters{},
 	}
 	p.health.init(opts.EjectAfter, opts.EjectFor)
 	p.dialOK = p.m.DialSeconds.WithLabelValues("ok")
