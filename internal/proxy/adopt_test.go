@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/snapshot"
+)
+
+// syncBuffer is a log sink tests can read while the proxy writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitLog waits until the log holds a line containing every part.
+func waitLog(t *testing.T, log *syncBuffer, parts ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, line := range strings.Split(log.String(), "\n") {
+			ok := true
+			for _, p := range parts {
+				ok = ok && strings.Contains(line, p)
+			}
+			if ok {
+				return line
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line with %q in:\n%s", parts, log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// splitWriter writes the first write in two pieces with a pause between: the ClientHello
+// reaches the proxy in two reads.
+type splitWriter struct {
+	net.Conn
+	once bool
+}
+
+func (w *splitWriter) Write(b []byte) (int, error) {
+	if w.once || len(b) < 10 {
+		return w.Conn.Write(b)
+	}
+	w.once = true
+	n, err := w.Conn.Write(b[:7])
+	if err != nil {
+		return n, err
+	}
+	time.Sleep(30 * time.Millisecond)
+	m, err := w.Conn.Write(b[7:])
+	return n + m, err
+}
+
+// A passthrough connection routed on the relay's loop: over IPv6, with the ClientHello in
+// two reads, and the access log names the client's real address.
+func TestAdoptedPassthroughIPv6(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Fatalf("IPv6 loopback unavailable: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cert := selfSigned(t, "a.test")
+	ea := backend(t, "A", &cert)
+	log := &syncBuffer{}
+	p := New(Options{Metrics: metrics.New(), AccessLog: true, Logger: slog.New(slog.NewTextHandler(log, nil))})
+	t.Cleanup(func() { p.Shutdown(t.Context()) })
+	snap := snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
+		"": passthrough("gw/one", map[string]*snapshot.Route{"a.test": route("a", ea)})})})
+	if err := p.Apply(snap); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(5 * time.Second))
+	c := tls.Client(&splitWriter{Conn: raw}, &tls.Config{ServerName: "a.test", InsecureSkipVerify: true})
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "A\n" {
+		t.Fatalf("read %q, %v; want the backend's greeting", line, err)
+	}
+	c.Close()
+	got := waitLog(t, log, "msg=connection", "outcome=ok")
+	if want := "client=" + raw.LocalAddr().String(); !strings.Contains(got, want) {
+		t.Fatalf("access log %q does not name the client (%s)", got, want)
+	}
+}
+
+// A drain cut-off ends connections the relay holds before their ClientHello came, and
+// Shutdown returns.
+func TestShutdownCutsUnroutedConnections(t *testing.T) {
+	p := New(Options{Metrics: metrics.New(), AccessLog: true, Logger: testLogger(t)})
+	addr := freeAddr(t)
+	cert := selfSigned(t, "a.test")
+	snap := snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
+		"": passthrough("gw/one", map[string]*snapshot.Route{"a.test": route("a", backend(t, "A", &cert))})})})
+	if err := p.Apply(snap); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	time.Sleep(50 * time.Millisecond) // accepted and adopted
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if err := p.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want the deadline (a connection was cut)", err)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Fatalf("Shutdown took %v", d)
+	}
+	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := silent.Read(make([]byte, 1)); n != 0 || (err != io.EOF && !strings.Contains(err.Error(), "reset")) {
+		t.Fatalf("unrouted client read %d, %v after the cut-off; want it closed", n, err)
+	}
+}
