@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"time"
@@ -82,42 +83,42 @@ func (r *Relay) Adopt(fd int, deadline time.Time, rt Router, tag any) *Pair {
 	rawSetsockopt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	p := r.newPair(fd, -1)
 	p.ownsA, p.rt, p.tag, p.adopting = true, rt, tag, true
+	// A is assumed writable until a write says otherwise: registered without EPOLLOUT, its
+	// registration reports nothing (a fresh socket is writable) and wakes no loop.
+	p.writable[0] = true
 	// Everything is set up before the sockets are registered: from then on the loop owns
 	// the pair.
 	p.publish()
-	v := rt.Route(p, tag, nil)
-	switch v.Action {
-	case Release:
-		p.unpublish()
-		rt.Release(tag, fd, nil, nil)
-		return nil
-	case Connect:
-		p.adopting = false
-		p.setOptions(v.Options)
-		p.dialOpts = v.Dial
-		if !p.connect(v.To) {
-			return nil // every dial failed at once: finish called Done
-		}
-	default:
+	if v := rt.Route(p, tag, nil); v.Action != Wait {
+		p.decide(v)
+	} else {
+		// The loop reads the ClientHello: registering reports it if it is in already. (Reading
+		// it here instead saves that wake-up but makes the accepting goroutine route, dial and
+		// write too: under a stream of connections it then runs for long stretches, gets
+		// preempted by sysmon, and the loops wait; measured 15 % more CPU per connection.)
 		p.dialDeadline.Store(deadline.UnixNano())
 		r.watch(time.Until(deadline))
+	}
+	if p.finished {
+		return nil // released, or every dial failed: the router heard of it
 	}
 	// From the first registration on the loop owns the pair: what the rest of Adopt needs
 	// is read now. The loop reads the fields set above once an event names the pair, which
 	// it looks up under l.mu: taking it here orders them before (for the race detector; the
 	// epoll_ctl below orders them in fact).
-	fa, fb, dialing := p.fd[0], p.fd[1], p.dialing
+	fa, fb, regB, outB := p.fd[0], p.fd[1], p.regB, p.outArmed[1]
+	p.regB = false
 	p.started.Store(true)
 	p.l.mu.Lock()
 	p.l.mu.Unlock() //nolint:staticcheck // an empty critical section on purpose
-	if dialing {
-		if err := p.registerFD(fb, 1); err != nil {
+	if regB {
+		if err := p.registerFD(fb, 1, outB); err != nil {
 			// Nothing is registered: the loop has not seen the pair.
 			p.stopWith(err, "")
 			return p
 		}
 	}
-	if err := p.registerFD(fa, 0); err != nil {
+	if err := p.registerFD(fa, 0, false); err != nil {
 		p.stopWith(err, "")
 	}
 	return p
@@ -137,6 +138,7 @@ func (p *Pair) adopt() bool {
 	if d.buf == nil {
 		d.buf, d.off, d.end = bufs.Get().(*[]byte), 0, 0
 	}
+	before := d.end
 	for p.readable[0] && d.end < len(*d.buf) {
 		space := len(*d.buf) - d.end
 		n, err := readRetry(p.fd[0], (*d.buf)[d.end:])
@@ -156,59 +158,102 @@ func (p *Pair) adopt() bool {
 			p.readable[0] = false // a short read took all there was (see pump)
 		}
 	}
-	v := p.rt.Route(p, p.tag, (*d.buf)[:d.end])
+	if d.end == before {
+		if d.end == 0 {
+			bufs.Put(d.buf) // nothing yet: a waiting client holds no buffer
+			d.buf = nil
+		}
+		return false
+	}
+	p.decide(p.rt.Route(p, p.tag, (*d.buf)[:d.end]))
+	return p.adopting && p.readable[0] // after a FIN: read on, to the EOF
+}
+
+// decide acts on a verdict for an adopted client.
+func (p *Pair) decide(v Verdict) {
+	d := &p.d[0]
 	switch v.Action {
 	case Wait:
-		if d.end == len(*d.buf) {
+		if d.buf != nil && d.end == len(*d.buf) {
 			p.release(ErrPrefaceFull)
-			return false
 		}
-		return p.readable[0] // after a FIN: read on, to the EOF
+		return
 	case Release:
 		p.release(nil)
-		return false
+		return
 	}
 	p.adopting = false
 	p.dialDeadline.Store(0)
 	p.dialTimedOut.Store(false)
 	p.setOptions(v.Options)
 	p.dialOpts = v.Dial
-	if p.connect(v.To) {
-		p.registerDial()
-	}
-	return false
+	p.connect(v.To)
 }
 
-// registerDial puts the socket connect just opened in the epoll set, from the loop.
+// registerDial puts the socket connect opened in the epoll set, from the loop.
 func (p *Pair) registerDial() {
-	if err := p.register(1); err != nil {
+	if !p.regB {
+		return
+	}
+	p.regB = false
+	if err := p.registerFD(p.fd[1], 1, p.outArmed[1]); err != nil {
 		p.finish(err, OutcomeDialFailed, 0)
 	}
 }
 
-// connect starts dialing ep for an adopted client, and the next endpoints the router gives
-// after immediate failures. It returns false when the router gave up (the pair has ended).
-// The socket is registered by the caller.
-func (p *Pair) connect(ep netip.AddrPort) bool {
+// connect dials ep for an adopted client, and the next endpoints the router gives after
+// immediate failures; when the router gives up, the pair ends. The socket is left for the
+// caller to register (regB).
+//
+// On loopback and fast networks the handshake is often complete when connect returns, so
+// the bytes read from the client are written at once: if that works the backend is
+// connected, and its registration needs no EPOLLOUT, which saves the loop the wake-up that
+// would only report the connect. A write on a socket still connecting fails with EAGAIN
+// (then the loop waits for writability as usual), and on one whose connect failed with the
+// connect's error.
+func (p *Pair) connect(ep netip.AddrPort) {
+	d := &p.d[0]
 	for {
 		p.dialStart = time.Now()
 		fd, err := openConnect(ep, p.dialOpts.KeepAlive)
 		if err == nil {
-			p.fd[1], p.ownsB, p.dialing, p.ep = fd, true, true, ep
+			p.fd[1], p.ownsB, p.ep, p.regB = fd, true, ep, true
 			// Events noted for a socket an earlier attempt closed say nothing of this one.
 			p.readable[1], p.writable[1], p.sticky[1], p.rdhup[1] = false, false, false, false
-			p.dialTimedOut.Store(false)
-			p.dialDeadline.Store(p.dialStart.Add(p.dialOpts.Timeout).UnixNano())
-			p.r.watch(p.dialOpts.Timeout)
-			return true
+			if !d.pending() {
+				break // nothing to write (a TCP route): wait for writability
+			}
+			_, werr := d.flush(fd)
+			if werr == nil {
+				p.dialDeadline.Store(0)
+				p.rt.Dialed(p.tag, ep, time.Since(p.dialStart), nil)
+				// A short write: the rest waits for an edge, so EPOLLOUT is needed.
+				p.writable[1] = !d.pending()
+				p.outArmed[1] = d.pending()
+				if !d.pending() {
+					bufs.Put(d.buf) // pump takes a fresh one for the next read
+					d.buf = nil
+				}
+				return
+			}
+			if werr == unix.EAGAIN {
+				break
+			}
+			rawClose(fd)
+			p.fd[1], p.ownsB, p.regB = -1, false, false
+			err = &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ep), Err: os.NewSyscallError("connect", werr)}
 		}
 		next := p.rt.Dialed(p.tag, ep, time.Since(p.dialStart), err)
 		if !next.IsValid() {
 			p.finish(err, OutcomeDialFailed, 0)
-			return false
+			return
 		}
 		ep = next
 	}
+	p.dialing, p.outArmed[1] = true, true
+	p.dialTimedOut.Store(false)
+	p.dialDeadline.Store(p.dialStart.Add(p.dialOpts.Timeout).UnixNano())
+	p.r.watch(p.dialOpts.Timeout)
 }
 
 // redial goes on after an adopted client's connect failed: the router's next endpoint, or
@@ -219,7 +264,8 @@ func (p *Pair) redial(err error) {
 		p.finish(err, OutcomeDialFailed, 0)
 		return
 	}
-	if p.connect(next) {
+	p.connect(next)
+	if !p.finished {
 		p.registerDial()
 	}
 }

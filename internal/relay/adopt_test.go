@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -326,5 +328,153 @@ func waitPairs(t *testing.T, r *Relay, n int) {
 	}
 	if got := r.Pairs(); got != n {
 		t.Fatalf("%d pairs running, want %d", got, n)
+	}
+}
+
+// A connect still in progress when the preface is written (a backend whose accept queue is
+// full drops the SYN) waits for writability; when it times out, the router's next endpoint
+// is dialed from the loop.
+func TestAdoptSlowConnect(t *testing.T) {
+	r := newRelay(t, 1)
+	ln, bln := listen(t), listen(t)
+	full := fullListener(t)
+	rt := newTestRouter(func(pre []byte) Verdict {
+		if !bytes.Contains(pre, []byte("\n")) {
+			return Verdict{Action: Wait}
+		}
+		return Verdict{Action: Connect, To: full, Dial: DialOptions{Timeout: 150 * time.Millisecond}}
+	})
+	rt.next = []netip.AddrPort{bln.Addr().(*net.TCPAddr).AddrPort()}
+	client, fd := acceptedFD(t, ln)
+	client.Write([]byte("hi\n"))
+	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
+	backend, err := bln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend.SetDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 3)
+	if _, err := io.ReadFull(backend, got); err != nil || string(got) != "hi\n" {
+		t.Fatalf("backend got %q, %v", got, err)
+	}
+	backend.Close()
+	client.Close()
+	rt.waitDone(t)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.dials) != 2 || !errors.Is(rt.dials[0], ErrDialTimeout) || rt.dials[1] != nil {
+		t.Fatalf("Dialed calls %v, want a timeout, then a success", rt.dials)
+	}
+}
+
+// Adopted sockets are registered without EPOLLOUT: when a side stops reading, writes to it
+// fill its buffer, and the relay must ask for EPOLLOUT then or stall. Both directions carry
+// 8 MiB to a reader that starts late, intact.
+func TestAdoptFullBuffersBothWays(t *testing.T) {
+	r := newRelay(t, 1)
+	ln, bln := listen(t), listen(t)
+	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
+	client, fd := acceptedFD(t, ln)
+	client.Write([]byte("go\n"))
+	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
+	backend, err := bln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	const size = 8 << 20
+	up, down := bytes.Repeat([]byte("u"), size), bytes.Repeat([]byte("d"), size)
+	deadline := time.Now().Add(20 * time.Second)
+	client.SetDeadline(deadline)
+	backend.SetDeadline(deadline)
+	errs := make(chan error, 2)
+	go func() { _, err := client.Write(up); client.CloseWrite(); errs <- err }()
+	go func() { _, err := backend.Write(down); backend.CloseWrite(); errs <- err }()
+	time.Sleep(200 * time.Millisecond) // both readers late: every buffer on the way fills
+	var gotUp, gotDown []byte
+	var wg sync.WaitGroup
+	wg.Go(func() { gotUp, _ = io.ReadAll(backend) })
+	wg.Go(func() { gotDown, _ = io.ReadAll(client) })
+	wg.Wait()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(gotUp, append([]byte("go\n"), up...)) || !bytes.Equal(gotDown, down) {
+		t.Fatalf("backend got %d bytes, client %d; want %d and %d intact", len(gotUp), len(gotDown), size+3, size)
+	}
+	if res := rt.waitDone(t); res.Bytes != [2]int64{size + 3, size} {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// fullListener returns the address of a listener whose accept queue is full: connects to it
+// hang until their timeout.
+func fullListener(t *testing.T) netip.AddrPort {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := syscall.Getsockname(fd)
+	ap := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*syscall.SockaddrInet4).Port))
+	for range 3 {
+		if c, err := net.DialTimeout("tcp", ap.String(), 200*time.Millisecond); err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+	}
+	return ap
+}
+
+// Every buffer an adopted pair takes goes back to the pool: a 16 KiB buffer dropped per
+// connection once made the proxy collect garbage every 150 connections. (The budget
+// leaves room for the test's own sockets.)
+func TestAdoptReturnsBuffers(t *testing.T) {
+	r := newRelay(t, 1)
+	ln, bln := listen(t), listen(t)
+	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
+	rt.done = make(chan Result, 1000)
+	one := func() {
+		client, fd := acceptedFD(t, ln)
+		client.Write([]byte("x\n"))
+		r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
+		backend, err := bln.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		backend.SetDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 2)
+		io.ReadFull(backend, b)
+		client.Write([]byte("zz")) // a read after the preface, as a request after a hello
+		io.ReadFull(backend, b)
+		backend.Write([]byte("y"))
+		client.SetDeadline(time.Now().Add(5 * time.Second))
+		io.ReadFull(client, b[:1])
+		client.Close()
+		backend.Close()
+		rt.waitDone(t)
+	}
+	for range 20 {
+		one() // warm the pools
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const n = 200
+	for range n {
+		one()
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / n
+	t.Logf("%d bytes per connection", per)
+	if per > 12<<10 && !raceEnabled {
+		t.Fatalf("%d bytes allocated per connection: a relay buffer is not going back to its pool", per)
 	}
 }

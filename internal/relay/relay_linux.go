@@ -226,15 +226,35 @@ func (p *Pair) setOptions(o Options) {
 	}
 }
 
-func (p *Pair) register(side int) error { return p.registerFD(p.fd[side], side) }
+func (p *Pair) register(side int) error {
+	p.outArmed[side] = true
+	return p.registerFD(p.fd[side], side, true)
+}
 
-// registerFD puts fd, the pair's socket on side, in the loop's epoll set.
-func (p *Pair) registerFD(fd, side int) error {
-	ev := unix.EpollEvent{Events: sockEvents, Fd: p.slot<<1 | int32(side), Pad: int32(p.gen)}
+// registerFD puts fd, the pair's socket on side, in the loop's epoll set, with EPOLLOUT
+// when out is set (see armOut).
+func (p *Pair) registerFD(fd, side int, out bool) error {
+	ev := unix.EpollEvent{Events: sockEvents &^ unix.EPOLLOUT, Fd: p.slot<<1 | int32(side), Pad: int32(p.gen)}
+	if out {
+		ev.Events = sockEvents
+	}
 	if err := rawEpollCtl(p.l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	return nil
+}
+
+// armOut asks for EPOLLOUT edges on side from now on, once a write to it could not take
+// everything. Adopted sockets start without: a socket is writable when it is new, and
+// registering it with EPOLLOUT would report just that, a wake-up for nothing. The
+// modification reports the socket at once if it drained meanwhile, so no edge is lost.
+func (p *Pair) armOut(side int) error {
+	if p.outArmed[side] {
+		return nil
+	}
+	p.outArmed[side] = true
+	ev := unix.EpollEvent{Events: sockEvents, Fd: p.slot<<1 | int32(side), Pad: int32(p.gen)}
+	return rawEpollCtl(p.l.epfd, unix.EPOLL_CTL_MOD, p.fd[side], &ev)
 }
 
 // unpublish frees the pair's slot: for a pair the loop cannot have seen, or from the loop.
@@ -603,6 +623,9 @@ type Pair struct {
 	// registered).
 	dialing  bool
 	adopting bool // an adopted client whose router has not chosen a backend yet
+	regB     bool // an adopted client's backend socket waits to be registered
+	// outArmed: the side is registered with EPOLLOUT (see armOut).
+	outArmed [2]bool
 	queued   bool
 	finished bool
 	checkTLS bool
@@ -679,7 +702,14 @@ func (p *Pair) run() (more bool) {
 		return false
 	}
 	if p.adopting {
-		return p.adopt()
+		more := p.adopt()
+		if !p.finished {
+			p.registerDial()
+		}
+		if p.finished || p.adopting || p.dialing {
+			return more
+		}
+		// Connected at once (see connect): bytes can move now.
 	}
 	if p.dialing && !p.dial(stopped) {
 		return false
@@ -779,6 +809,9 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 			moved += m
 			if err == unix.EAGAIN {
 				p.writable[dst] = false
+				if aerr := p.armOut(dst); aerr != nil {
+					return moved, false, os.NewSyscallError("epoll_ctl", aerr)
+				}
 				return moved, false, nil
 			}
 			if err != nil {
@@ -789,6 +822,9 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 				// when there is room.
 				if !p.sticky[dst] {
 					p.writable[dst] = false
+					if aerr := p.armOut(dst); aerr != nil {
+						return moved, false, os.NewSyscallError("epoll_ctl", aerr)
+					}
 				}
 				return moved, false, nil
 			}

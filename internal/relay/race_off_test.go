@@ -1,0 +1,5 @@
+//go:build !race
+
+package relay
+
+const raceEnabled = false
