@@ -228,7 +228,7 @@ func sClient(t *testing.T, port int, waitFor string, args ...string) (string, in
 	ctx, cancel := context.WithTimeout(context.Background(), 2*ioTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, openssl(t), append([]string{"s_client", "-connect", addr(port)}, args...)...)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

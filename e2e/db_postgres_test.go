@@ -438,7 +438,7 @@ func (e *dbPG) testCancel(t *testing.T) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, dbPsqlBin(t), "-X", "-At", "-d", e.requireConn(e.a), "-c", "SELECT pg_sleep(30)")
 		cmd.Env = append(testutil.CleanEnv(), "HOME="+t.TempDir())
-		var stdout, stderr syncBuffer
+		var stdout, stderr testutil.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

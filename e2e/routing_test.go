@@ -125,7 +125,7 @@ func startOpenSSLServer(t *testing.T, cert *testutil.Cert) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "s_server", "-accept", "127.0.0.1:"+strconv.Itoa(port),
 		"-cert", certFile, "-key", keyFile, "-www")
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		cancel()

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,34 +9,16 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/testutil"
 )
 
-// syncBuffer is a log sink tests can read while the proxy writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitLog waits until the log holds a line containing every part.
-func waitLog(t *testing.T, log *syncBuffer, parts ...string) string {
+func waitLog(t *testing.T, log *testutil.SyncBuffer, parts ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -89,7 +70,7 @@ func TestAdoptedPassthroughIPv6(t *testing.T) {
 	ln.Close()
 	cert := selfSigned(t, "a.test")
 	ea := backend(t, "A", &cert)
-	log := &syncBuffer{}
+	log := &testutil.SyncBuffer{}
 	p := New(Options{Metrics: metrics.New(), AccessLog: true, Logger: slog.New(slog.NewTextHandler(log, nil))})
 	t.Cleanup(func() { p.Shutdown(t.Context()) })
 	snap := snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{

@@ -268,16 +268,7 @@ func TestAdoptDialFailures(t *testing.T) {
 	client, fd := acceptedFD(t, ln)
 	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
 	client.Write([]byte("hi\n"))
-	backend, err := bln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend.SetDeadline(time.Now().Add(5 * time.Second))
-	got := make([]byte, 3)
-	if _, err := io.ReadFull(backend, got); err != nil || string(got) != "hi\n" {
-		t.Fatalf("backend got %q, %v", got, err)
-	}
-	backend.Close()
+	acceptExpect(t, bln, "hi\n").Close()
 	client.Close()
 	rt.waitDone(t)
 	rt.mu.Lock()
@@ -348,16 +339,7 @@ func TestAdoptSlowConnect(t *testing.T) {
 	client, fd := acceptedFD(t, ln)
 	client.Write([]byte("hi\n"))
 	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
-	backend, err := bln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend.SetDeadline(time.Now().Add(5 * time.Second))
-	got := make([]byte, 3)
-	if _, err := io.ReadFull(backend, got); err != nil || string(got) != "hi\n" {
-		t.Fatalf("backend got %q, %v", got, err)
-	}
-	backend.Close()
+	acceptExpect(t, bln, "hi\n").Close()
 	client.Close()
 	rt.waitDone(t)
 	rt.mu.Lock()
@@ -409,8 +391,24 @@ func TestAdoptFullBuffersBothWays(t *testing.T) {
 	}
 }
 
-// fullListener returns the address of a listener whose accept queue is full: connects to it
-// hang until their timeout.
+// acceptExpect accepts the relay's connection to a backend and reads want from it.
+func acceptExpect(t *testing.T, bln *net.TCPListener, want string) *net.TCPConn {
+	t.Helper()
+	backend, err := bln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend.SetDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(backend, got); err != nil || string(got) != want {
+		backend.Close()
+		t.Fatalf("backend got %q, %v; want %q", got, err, want)
+	}
+	return backend
+}
+
+// fullListener returns the address of a listener whose accept queue is full (it drops SYNs):
+// connects to it hang until their timeout.
 func fullListener(t *testing.T) netip.AddrPort {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)

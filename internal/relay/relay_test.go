@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"runtime"
 	"sync"
 	"syscall"
@@ -391,26 +390,9 @@ func TestDialFailures(t *testing.T) {
 	}
 
 	// A listener whose accept queue is full drops SYNs: the connect hangs until the timeout.
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(fd)
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, _ := syscall.Getsockname(fd)
-	full := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*syscall.SockaddrInet4).Port))
-	for range 3 {
-		if c, err := net.DialTimeout("tcp", full.String(), 200*time.Millisecond); err == nil {
-			defer c.Close()
-		}
-	}
+	full := fullListener(t)
 	t0 := time.Now()
-	_, err = r.Dial(full, DialOptions{Timeout: 200 * time.Millisecond})
+	_, err := r.Dial(full, DialOptions{Timeout: 200 * time.Millisecond})
 	if !errors.Is(err, ErrDialTimeout) {
 		t.Fatalf("dial to a full accept queue: %v after %v, want a timeout", err, time.Since(t0))
 	}

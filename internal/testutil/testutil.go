@@ -333,3 +333,22 @@ func (p *process) waitReady(ready func() error, portInUse func(log string) bool)
 
 // interruptSignal is what a user's Ctrl-C sends.
 var interruptSignal = syscall.SIGINT
+
+// SyncBuffer is a bytes.Buffer safe for one writer and concurrent readers: a process's or a
+// logger's output that a test reads while it is being written.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
