@@ -298,7 +298,11 @@ type dialPlan struct {
 }
 
 func newDialPlan(b *snapshot.Backend) dialPlan {
-	return dialPlan{eps: b.Endpoints, start: rand.IntN(len(b.Endpoints)), now: time.Now()}
+	d := dialPlan{eps: b.Endpoints, now: time.Now()}
+	if n := len(b.Endpoints); n > 0 { // Route.Pick returns no backend without endpoints
+		d.start = rand.IntN(n)
+	}
+	return d
 }
 
 // next returns the next endpoint to try, false when every one was tried.

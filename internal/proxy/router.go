@@ -17,7 +17,7 @@ import (
 // rejection, whose logs and metrics stay in one place. Its tag is the *conn.
 //
 // Why on the loops: a routed passthrough connection then never enters Go's poller and never
-// gets a goroutine, which saves about a fifth of the proxy's CPU per connection (see
+// gets a goroutine, which saves about a tenth of the proxy's CPU per connection (see
 // relay.Adopt).
 type router struct{}
 
