@@ -375,7 +375,9 @@ func (p *Proxy) serve(pl *portListener) {
 		}
 		p.conns.Add(1)
 		c := p.newConn(pl, peer)
-		if port.Protocol == snapshot.ProtocolHTTP {
+		if port.Protocol == snapshot.ProtocolHTTP || port.Protocol == snapshot.ProtocolTLS && !port.HasPassthrough() {
+			// Nothing on this port is relayed: the relay would only read the hello and hand
+			// the socket back.
 			go c.serveFD(fd, nil)
 			continue
 		}

@@ -60,6 +60,16 @@ func New(generation uint64, ports []*Port) *Snapshot {
 	sort.Slice(s.Ports, func(i, j int) bool { return s.Ports[i].Address < s.Ports[j].Address })
 	for _, p := range s.Ports {
 		s.byAddr[p.Address] = p
+		has := false
+		for _, e := range p.Listeners.Entries() {
+			if l := e.Value; l.Mode != ModeTerminate && l.HTTP == nil {
+				has = true
+				break
+			}
+		}
+		if p.passthrough != has { // written only on change: a port may be shared with a snapshot in use
+			p.passthrough = has
+		}
 	}
 	return s
 }
@@ -87,7 +97,15 @@ type Port struct {
 	TCP *Listener
 	// MaxConnections caps concurrent connections on the port; 0 means no cap.
 	MaxConnections int
+
+	// passthrough: a TLS port with at least one passthrough listener (set by New).
+	passthrough bool
 }
+
+// HasPassthrough reports whether a TLS port has a passthrough listener: otherwise every
+// connection to it is terminated (TLS or HTTPS), and the proxy serves it with Go's net
+// package from the start.
+func (p *Port) HasPassthrough() bool { return p.passthrough }
 
 // Lookup finds the listener and route serving sni on a TLS port. sni must already be
 // lower-case, without a trailing dot (see NormalizeSNI). It does not allocate.
