@@ -1,9 +1,10 @@
 // Package relay moves bytes both ways between pairs of connected TCP sockets from a few
 // event loops, so that a proxied connection costs no goroutine while it is idle.
 //
-// Use it once a connection is routed. New(n) starts n loops (one per CPU is right). Either
-// let a loop dial the backend and attach the client to it, with the bytes already read from
-// the client (the ClientHello) written to the backend first:
+// Use it once a connection is accepted (Adopt) or routed (Dial and Attach, Start). New(n)
+// starts n loops (one per CPU is right). Either let a loop dial the backend and attach the
+// client to it, with the bytes already read from the client (the ClientHello) written to the
+// backend first:
 //
 //	r, _ := relay.New(runtime.GOMAXPROCS(0))
 //	p, err := r.Dial(endpoint, relay.DialOptions{Timeout: 5 * time.Second})
@@ -36,7 +37,9 @@
 // in Go's network poller like any socket, so a loop with nothing to do is a parked goroutine
 // that holds no thread and no P, and the runtime keeps scheduling accepts and handshakes
 // normally (a loop blocked in epoll_wait would hold a thread and, with GOMAXPROCS=1, starve
-// the runtime's own poller for up to 10 ms at a time).
+// the runtime's own poller for up to 10 ms at a time). Adopted sockets are registered for
+// input only and get EPOLLOUT once a write to them falls short, so setting up a connection
+// wakes a loop only when there is something to read.
 //
 // How bytes move: small reads go through a pooled 16 KiB buffer that is held only while its
 // bytes wait for the destination; a read that fills the buffer switches the direction to
