@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/pgwire"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil"
 )
@@ -125,5 +126,78 @@ func TestShutdownCutsUnroutedConnections(t *testing.T) {
 	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := silent.Read(make([]byte, 1)); n != 0 || (err != io.EOF && !strings.Contains(err.Error(), "reset")) {
 		t.Fatalf("unrouted client read %d, %v after the cut-off; want it closed", n, err)
+	}
+}
+
+// A connection the relay released to the goroutine path and that the goroutine path then
+// relays itself (PostgreSQL's SSLRequest bridge hands both sockets to relay.Start) is still
+// the drain's to cut: Shutdown returns at its deadline and the client is closed.
+func TestShutdownCutsReleasedThenRelayed(t *testing.T) {
+	// A PostgreSQL-like backend: 'S' to the SSLRequest, then an echo (the client's hello
+	// comes back, which starts with a TLS record byte as the relay expects).
+	bln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bln.Close()
+	go func() {
+		for {
+			c, err := bln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req := make([]byte, 8)
+				if _, err := io.ReadFull(c, req); err != nil {
+					return
+				}
+				c.Write([]byte{'S'})
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	p := New(Options{Metrics: metrics.New(), AccessLog: true, Logger: testLogger(t)})
+	addr := freeAddr(t)
+	snap := snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
+		"": passthrough("gw/pg", map[string]*snapshot.Route{"db.test": route("db", mustAddrPort(bln.Addr().String()))})})})
+	if err := p.Apply(snap); err != nil {
+		t.Fatal(err)
+	}
+	client, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	client.SetDeadline(time.Now().Add(10 * time.Second))
+	client.Write([]byte(pgwire.SSLRequest))
+	answer := make([]byte, 1)
+	if _, err := io.ReadFull(client, answer); err != nil || answer[0] != 'S' {
+		t.Fatalf("SSLRequest answered %q, %v", answer, err)
+	}
+	// Any ClientHello with the SNI will do: the backend echoes it.
+	go tls.Client(client, &tls.Config{ServerName: "db.test", InsecureSkipVerify: true}).Handshake()
+	deadline := time.Now().Add(5 * time.Second)
+	rl, err := p.relay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rl.Pairs() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the bridged connection never reached the relay")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown: %v, want the deadline (a connection was cut)", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return: the drain could not stop the relayed connection")
 	}
 }

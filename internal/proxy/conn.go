@@ -518,15 +518,31 @@ func (c *conn) relayOptions(expectTLS bool) relay.Options {
 // end it, unless the relay has ended it already.
 func (c *conn) holdPair(pr *relay.Pair) {
 	c.backendMu.Lock()
-	if !c.relayEnded && !c.released {
-		c.pair = pr
-		if c.closing {
-			// A drain cut-off came between the hand-over and now: it closed the net.Conns
-			// the relay had already duplicated, so the pair must be stopped here.
-			pr.Stop(relay.OutcomeShutdown)
-		}
+	c.holdLocked(pr)
+	c.backendMu.Unlock()
+}
+
+// holdAdopted is holdPair for the pair relay.Adopt returned, which the relay may have
+// handed back (router.Release) before Adopt returned: then the goroutine path owns the
+// client, and holds its own pair if it relays it.
+func (c *conn) holdAdopted(pr *relay.Pair) {
+	c.backendMu.Lock()
+	if !c.released {
+		c.holdLocked(pr)
 	}
 	c.backendMu.Unlock()
+}
+
+func (c *conn) holdLocked(pr *relay.Pair) {
+	if c.relayEnded {
+		return
+	}
+	c.pair = pr
+	if c.closing {
+		// A drain cut-off came between the hand-over and now: it closed the net.Conns
+		// the relay had already duplicated, so the pair must be stopped here.
+		pr.Stop(relay.OutcomeShutdown)
+	}
 }
 
 // relayDone is the relay's callback, on one of its loops: the connection has ended both

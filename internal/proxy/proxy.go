@@ -387,7 +387,7 @@ func (p *Proxy) serve(pl *portListener) {
 			continue
 		}
 		if pr := rl.Adopt(fd, c.start.Add(p.opts.HelloTimeout), router{}, c); pr != nil {
-			c.holdPair(pr)
+			c.holdAdopted(pr)
 		}
 	}
 }
