@@ -15,6 +15,7 @@ import (
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 func tcpProxy(t *testing.T, eps ...string) string {
@@ -133,17 +134,8 @@ func TestListenerKeepAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc.Control(func(fd uintptr) {
-		for _, o := range []struct {
-			name       string
-			level, opt int
-			want       int
-		}{
-			{"SO_KEEPALIVE", syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1},
-			{"TCP_KEEPIDLE", syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, 45},
-		} {
-			if v, err := syscall.GetsockoptInt(int(fd), o.level, o.opt); err != nil || v != o.want {
-				t.Errorf("listener %s = %d, %v; want %d", o.name, v, err, o.want)
-			}
-		}
+		testutil.Sockopts(t, "listener", int(fd),
+			testutil.Sockopt{Name: "SO_KEEPALIVE", Level: syscall.SOL_SOCKET, Opt: syscall.SO_KEEPALIVE, Want: 1},
+			testutil.Sockopt{Name: "TCP_KEEPIDLE", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_KEEPIDLE, Want: 45})
 	})
 }

@@ -127,12 +127,7 @@ func TestAdoptRoutesAndRelays(t *testing.T) {
 	client.Write([]byte("HEL"))
 	time.Sleep(20 * time.Millisecond) // a second read, a second Route
 	client.Write([]byte("LO\nand more"))
-	backend, err := bln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer backend.Close()
-	backend.SetDeadline(time.Now().Add(5 * time.Second))
+	backend := acceptBackend(t, bln)
 	got := make([]byte, len("HELLO\nand more"))
 	if _, err := io.ReadFull(backend, got); err != nil || string(got) != "HELLO\nand more" {
 		t.Fatalf("backend got %q, %v", got, err)
@@ -170,10 +165,7 @@ func TestAdoptConnectAtOnce(t *testing.T) {
 	})
 	client, fd := acceptedFD(t, ln)
 	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
-	backend, err := bln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
+	backend := acceptBackend(t, bln)
 	backend.Write([]byte("greeting")) // a server that speaks first
 	client.SetDeadline(time.Now().Add(5 * time.Second))
 	got := make([]byte, 8)
@@ -359,11 +351,7 @@ func TestAdoptFullBuffersBothWays(t *testing.T) {
 	client, fd := acceptedFD(t, ln)
 	client.Write([]byte("go\n"))
 	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
-	backend, err := bln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer backend.Close()
+	backend := acceptBackend(t, bln)
 	const size = 8 << 20
 	up, down := bytes.Repeat([]byte("u"), size), bytes.Repeat([]byte("d"), size)
 	deadline := time.Now().Add(20 * time.Second)
@@ -391,14 +379,23 @@ func TestAdoptFullBuffersBothWays(t *testing.T) {
 	}
 }
 
-// acceptExpect accepts the relay's connection to a backend and reads want from it.
-func acceptExpect(t *testing.T, bln *net.TCPListener, want string) *net.TCPConn {
+// acceptBackend accepts the relay's connection to a backend, with a 5 s deadline; it is
+// closed when the test ends.
+func acceptBackend(t *testing.T, bln *net.TCPListener) *net.TCPConn {
 	t.Helper()
 	backend, err := bln.AcceptTCP()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { backend.Close() })
 	backend.SetDeadline(time.Now().Add(5 * time.Second))
+	return backend
+}
+
+// acceptExpect accepts the relay's connection to a backend and reads want from it.
+func acceptExpect(t *testing.T, bln *net.TCPListener, want string) *net.TCPConn {
+	t.Helper()
+	backend := acceptBackend(t, bln)
 	got := make([]byte, len(want))
 	if _, err := io.ReadFull(backend, got); err != nil || string(got) != want {
 		backend.Close()
@@ -444,11 +441,7 @@ func TestAdoptReturnsBuffers(t *testing.T) {
 		client, fd := acceptedFD(t, ln)
 		client.Write([]byte("x\n"))
 		r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
-		backend, err := bln.AcceptTCP()
-		if err != nil {
-			t.Fatal(err)
-		}
-		backend.SetDeadline(time.Now().Add(5 * time.Second))
+		backend := acceptBackend(t, bln)
 		b := make([]byte, 2)
 		io.ReadFull(backend, b)
 		client.Write([]byte("zz")) // a read after the preface, as a request after a hello

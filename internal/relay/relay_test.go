@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 // tcpPair returns both ends of a loopback TCP connection: the dialed one and the accepted one.
@@ -326,30 +328,13 @@ func BenchmarkRoundTrip(b *testing.B) {
 func TestDialAttach(t *testing.T) {
 	r := newRelay(t, 1)
 	ln := listen(t)
-	ap := ln.Addr().(*net.TCPAddr).AddrPort()
-	accepted := make(chan *net.TCPConn, 1)
-	go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
-	p, err := r.Dial(ap, DialOptions{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend := <-accepted
-	defer backend.Close()
+	p, backend := dialAccepted(t, r, ln, DialOptions{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
 	// The dialed socket has what a relayed backend socket needs: no Nagle delay, and
 	// keepalive with the idle time asked for.
-	for _, o := range []struct {
-		name       string
-		level, opt int
-		want       int
-	}{
-		{"TCP_NODELAY", syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1},
-		{"SO_KEEPALIVE", syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1},
-		{"TCP_KEEPIDLE", syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, 30},
-	} {
-		if v, err := syscall.GetsockoptInt(p.fd[1], o.level, o.opt); err != nil || v != o.want {
-			t.Errorf("dialed socket %s = %d, %v; want %d", o.name, v, err, o.want)
-		}
-	}
+	testutil.Sockopts(t, "dialed socket", p.fd[1],
+		testutil.Sockopt{Name: "TCP_NODELAY", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_NODELAY, Want: 1},
+		testutil.Sockopt{Name: "SO_KEEPALIVE", Level: syscall.SOL_SOCKET, Opt: syscall.SO_KEEPALIVE, Want: 1},
+		testutil.Sockopt{Name: "TCP_KEEPIDLE", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_KEEPIDLE, Want: 30})
 	client, a := tcpPair(t, ln)
 	defer client.Close()
 	res := make(chan Result, 1)
@@ -401,26 +386,31 @@ func TestDialFailures(t *testing.T) {
 	}
 
 	ln = listen(t)
-	accepted := make(chan *net.TCPConn, 1)
-	go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
-	p, err := r.Dial(ln.Addr().(*net.TCPAddr).AddrPort(), DialOptions{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend := <-accepted
-	defer backend.Close()
+	p, backend := dialAccepted(t, r, ln, DialOptions{Timeout: 5 * time.Second})
 	p.Abandon()
 	backend.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := backend.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 		t.Fatalf("abandoned dial: backend read %d, %v; want EOF", n, err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for r.Pairs() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	waitPairs(t, r, 0)
+}
+
+// dialAccepted dials ln's address from the relay and returns the pair and the backend's
+// side of the connection (closed when the test ends).
+func dialAccepted(t *testing.T, r *Relay, ln *net.TCPListener, o DialOptions) (*Pair, *net.TCPConn) {
+	t.Helper()
+	accepted := make(chan *net.TCPConn, 1)
+	go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
+	p, err := r.Dial(ln.Addr().(*net.TCPAddr).AddrPort(), o)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if r.Pairs() != 0 {
-		t.Fatalf("%d pairs left", r.Pairs())
+	backend := <-accepted
+	if backend == nil {
+		t.Fatal("accept failed")
 	}
+	t.Cleanup(func() { backend.Close() })
+	return p, backend
 }
 
 // Dial speaks IPv6 too.
@@ -431,14 +421,7 @@ func TestDialIPv6(t *testing.T) {
 	}
 	defer ln.Close()
 	r := newRelay(t, 1)
-	accepted := make(chan *net.TCPConn, 1)
-	go func() { c, _ := ln.AcceptTCP(); accepted <- c }()
-	p, err := r.Dial(ln.Addr().(*net.TCPAddr).AddrPort(), DialOptions{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend := <-accepted
-	defer backend.Close()
+	p, backend := dialAccepted(t, r, ln, DialOptions{Timeout: 5 * time.Second})
 	if got := backend.RemoteAddr().(*net.TCPAddr).IP; !got.Equal(net.IPv6loopback) {
 		t.Fatalf("backend sees the dial from %v", got)
 	}

@@ -110,6 +110,21 @@ func newScaleRunner(tb testing.TB, dir string) (*Runner, *proxy.Proxy) {
 	return New(Config{Paths: []string{dir}, Proxy: p, Metrics: m, Logger: log}), p
 }
 
+// timedLoad loads r under the benchmark's timer (stopped on entry, running on return), then
+// checks, untimed, that host is served.
+func timedLoad(b *testing.B, r *Runner, p *proxy.Proxy, host string) {
+	b.Helper()
+	b.StartTimer()
+	if err := r.Load(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if _, rt := p.Snapshot().Ports[0].Lookup([]byte(host)); rt == nil {
+		b.Fatalf("%s is not served", host)
+	}
+	b.StartTimer()
+}
+
 // BenchmarkScaleStart is the first load of a process: nothing cached.
 func BenchmarkScaleStart(b *testing.B) {
 	port := freePort(b)
@@ -144,15 +159,7 @@ func BenchmarkScaleChange(b *testing.B) {
 		b.StopTimer()
 		host := fmt.Sprintf("change-%d.bench.test", i)
 		writeChange(b, dir, host)
-		b.StartTimer()
-		if err := r.Load(); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if _, rt := p.Snapshot().Ports[0].Lookup([]byte(host)); rt == nil {
-			b.Fatalf("%s is not served", host)
-		}
-		b.StartTimer()
+		timedLoad(b, r, p, host)
 	}
 }
 
@@ -208,14 +215,6 @@ func BenchmarkScaleEditBigFile(b *testing.B) {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		b.StartTimer()
-		if err := r.Load(); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if _, rt := p.Snapshot().Ports[0].Lookup([]byte(host)); rt == nil {
-			b.Fatalf("%s is not served", host)
-		}
-		b.StartTimer()
+		timedLoad(b, r, p, host)
 	}
 }

@@ -352,3 +352,21 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Sockopt is an integer socket option and the value a test wants it to have.
+type Sockopt struct {
+	Name       string
+	Level, Opt int
+	Want       int
+}
+
+// Sockopts reports, as test errors, the options of socket fd (what names it) that do not
+// have their wanted values.
+func Sockopts(t testing.TB, what string, fd int, opts ...Sockopt) {
+	t.Helper()
+	for _, o := range opts {
+		if v, err := syscall.GetsockoptInt(fd, o.Level, o.Opt); err != nil || v != o.Want {
+			t.Errorf("%s %s = %d, %v; want %d", what, o.Name, v, err, o.Want)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/source/file"
@@ -21,6 +23,18 @@ func withMemo(t *testing.T, step string, in *resources.Resources, memo *Memo) {
 	opts.Memo = memo
 	if got := render(t, Translate(in, opts)); got != want {
 		t.Fatalf("%s: with the memo the output differs (-without +with):\n%s", step, cmp.Diff(want, got))
+	}
+}
+
+// eachRemoved translates res with memo without each object of list (one kind, put back by
+// set), then with it again.
+func eachRemoved[T interface{ GetName() string }](t *testing.T, kind string, res *resources.Resources, memo *Memo, list []T, set func(*resources.Resources, []T)) {
+	t.Helper()
+	for i := range list {
+		r := *res
+		set(&r, slices.Delete(slices.Clone(list), i, i+1))
+		withMemo(t, "without "+kind+" "+list[i].GetName(), &r, memo)
+		withMemo(t, "with "+kind+" "+list[i].GetName(), res, memo)
 	}
 }
 
@@ -42,24 +56,9 @@ func TestMemo(t *testing.T) {
 			withMemo(t, "again", res, memo)
 			withMemo(t, "reversed", reversed(res), memo)
 			// Each route removed, then back.
-			for i := range res.TLSRoutes {
-				r := *res
-				r.TLSRoutes = slices.Delete(slices.Clone(res.TLSRoutes), i, i+1)
-				withMemo(t, "without TLSRoute "+res.TLSRoutes[i].Name, &r, memo)
-				withMemo(t, "with TLSRoute "+res.TLSRoutes[i].Name, res, memo)
-			}
-			for i := range res.TCPRoutes {
-				r := *res
-				r.TCPRoutes = slices.Delete(slices.Clone(res.TCPRoutes), i, i+1)
-				withMemo(t, "without TCPRoute "+res.TCPRoutes[i].Name, &r, memo)
-				withMemo(t, "with TCPRoute "+res.TCPRoutes[i].Name, res, memo)
-			}
-			for i := range res.HTTPRoutes {
-				r := *res
-				r.HTTPRoutes = slices.Delete(slices.Clone(res.HTTPRoutes), i, i+1)
-				withMemo(t, "without HTTPRoute "+res.HTTPRoutes[i].Name, &r, memo)
-				withMemo(t, "with HTTPRoute "+res.HTTPRoutes[i].Name, res, memo)
-			}
+			eachRemoved(t, "TLSRoute", res, memo, res.TLSRoutes, func(r *resources.Resources, l []*gwv1.TLSRoute) { r.TLSRoutes = l })
+			eachRemoved(t, "TCPRoute", res, memo, res.TCPRoutes, func(r *resources.Resources, l []*gwv1.TCPRoute) { r.TCPRoutes = l })
+			eachRemoved(t, "HTTPRoute", res, memo, res.HTTPRoutes, func(r *resources.Resources, l []*gwv1.HTTPRoute) { r.HTTPRoutes = l })
 			// A route replaced by a copy (a new object, as after an edit).
 			if len(res.TLSRoutes) > 0 {
 				r := *res
@@ -68,18 +67,8 @@ func TestMemo(t *testing.T) {
 				withMemo(t, "TLSRoute copied", &r, memo)
 			}
 			// Other objects removed: every route depends on them.
-			for i := range res.Services {
-				r := *res
-				r.Services = slices.Delete(slices.Clone(res.Services), i, i+1)
-				withMemo(t, "without Service "+res.Services[i].Name, &r, memo)
-				withMemo(t, "with Service "+res.Services[i].Name, res, memo)
-			}
-			for i := range res.Gateways {
-				r := *res
-				r.Gateways = slices.Delete(slices.Clone(res.Gateways), i, i+1)
-				withMemo(t, "without Gateway "+res.Gateways[i].Name, &r, memo)
-				withMemo(t, "with Gateway "+res.Gateways[i].Name, res, memo)
-			}
+			eachRemoved(t, "Service", res, memo, res.Services, func(r *resources.Resources, l []*corev1.Service) { r.Services = l })
+			eachRemoved(t, "Gateway", res, memo, res.Gateways, func(r *resources.Resources, l []*gwv1.Gateway) { r.Gateways = l })
 		})
 	}
 }

@@ -165,14 +165,20 @@ func byName[T interface {
 	return objs
 }
 
-func (v *validator) tlsRoute(r *gwv1.TLSRoute) {
-	v.parentRefs(r.Spec.ParentRefs)
-	v.items("spec.hostnames", len(r.Spec.Hostnames), 1, 1024)
-	for i, h := range r.Spec.Hostnames {
+// hostnames checks a route's spec.hostnames: between lo and hi of them, each a valid
+// (possibly wildcard) hostname.
+func (v *validator) hostnames(hs []gwv1.Hostname, lo, hi int) {
+	v.items("spec.hostnames", len(hs), lo, hi)
+	for i, h := range hs {
 		if p := hostnameProblem(string(h), true); p != "" {
 			v.errorf(fmt.Sprintf("spec.hostnames[%d]", i), "%q %s", h, p)
 		}
 	}
+}
+
+func (v *validator) tlsRoute(r *gwv1.TLSRoute) {
+	v.parentRefs(r.Spec.ParentRefs)
+	v.hostnames(r.Spec.Hostnames, 1, 1024)
 	v.items("spec.rules", len(r.Spec.Rules), 1, 1)
 	for i, rule := range r.Spec.Rules {
 		v.backendRefs(indexed("spec.rules", i)+".backendRefs", rule.BackendRefs)
@@ -440,12 +446,7 @@ var headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+\\-.^_\x60|~]+$")
 // httpRoute checks what the HTTPRoute CRD's OpenAPI and CEL rules check.
 func (v *validator) httpRoute(r *gwv1.HTTPRoute) {
 	v.parentRefs(r.Spec.ParentRefs)
-	v.items("spec.hostnames", len(r.Spec.Hostnames), 0, 16)
-	for i, h := range r.Spec.Hostnames {
-		if p := hostnameProblem(string(h), true); p != "" {
-			v.errorf(fmt.Sprintf("spec.hostnames[%d]", i), "%q %s", h, p)
-		}
-	}
+	v.hostnames(r.Spec.Hostnames, 0, 16)
 	v.items("spec.rules", len(r.Spec.Rules), 0, 16)
 	total := 0
 	names := map[gwv1.SectionName]int{}
