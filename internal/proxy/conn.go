@@ -122,11 +122,10 @@ func (c *conn) serveFD(fd int, pre []byte) {
 		return
 	}
 	// net.FileConn turned Go's default keepalive on: put the listener's setting back.
-	if rc, err := client.SyscallConn(); err == nil {
-		rc.Control(func(s uintptr) { setListenerSockopts(int(s), c.p.opts.KeepAlive) })
-	}
 	if c.p.opts.KeepAlive < 0 {
 		client.SetKeepAlive(false)
+	} else if rc, err := client.SyscallConn(); err == nil {
+		rc.Control(func(s uintptr) { setKeepAliveTimes(int(s), c.p.opts.KeepAlive) })
 	}
 	c.backendMu.Lock()
 	c.client = client

@@ -315,8 +315,8 @@ type portListener struct {
 
 func (p *Proxy) listen(addr string) (*portListener, error) {
 	lc := net.ListenConfig{
-		// Keepalive is configured once on the listening socket, which accepted sockets
-		// inherit on Linux, instead of four setsockopt calls per accepted connection.
+		// TCP_NODELAY and keepalive are configured once on the listening socket, which
+		// accepted sockets inherit on Linux, instead of setsockopt calls per connection.
 		KeepAlive: -1,
 		Control: func(network, address string, c syscall.RawConn) error {
 			var serr error

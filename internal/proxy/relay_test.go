@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -116,26 +118,85 @@ func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
 func pooledPipes() int { return relay.PooledPipes() }
 
-// Client-side keepalive is set once on the listening socket, which every accepted socket
-// inherits (Linux copies these options on accept); the relay sets it on the backend side.
-func TestListenerKeepAlive(t *testing.T) {
+// TCP_NODELAY and client-side keepalive are set once on the listening socket, which every
+// accepted socket inherits (Linux copies these options on accept): a relayed connection's
+// socket has them without a system call of its own, and a connection served through
+// net.FileConn (HTTP here) has the listener's keepalive times back, not Go's defaults.
+func TestClientSockopts(t *testing.T) {
 	p := New(Options{Metrics: metrics.New(), KeepAlive: 45 * time.Second, Logger: testLogger(t)})
 	t.Cleanup(func() { p.Shutdown(t.Context()) })
-	addr := freeAddr(t)
-	port := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTCP,
+	tcpAddr, httpAddr := freeAddr(t), freeAddr(t)
+	tcp := &snapshot.Port{Address: tcpAddr, Protocol: snapshot.ProtocolTCP,
 		TCP: &snapshot.Listener{Name: "gw/tcp", Route: route("r", backend(t, "A", nil))}}
-	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
+	web := &snapshot.Port{Address: httpAddr, Protocol: snapshot.ProtocolHTTP}
+	web.Listeners.Add("", &snapshot.Listener{Name: "gw/http"})
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tcp, web})); err != nil {
 		t.Fatal(err)
 	}
+	want := []testutil.Sockopt{
+		{Name: "TCP_NODELAY", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_NODELAY, Want: 1},
+		{Name: "SO_KEEPALIVE", Level: syscall.SOL_SOCKET, Opt: syscall.SO_KEEPALIVE, Want: 1},
+		{Name: "TCP_KEEPIDLE", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_KEEPIDLE, Want: 45},
+		{Name: "TCP_KEEPINTVL", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_KEEPINTVL, Want: 22},
+		{Name: "TCP_KEEPCNT", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_KEEPCNT, Want: 4},
+	}
 	p.mu.Lock()
-	rc, err := p.listeners[addr].ln.SyscallConn()
+	rc, err := p.listeners[tcpAddr].ln.SyscallConn()
 	p.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc.Control(func(fd uintptr) {
-		testutil.Sockopts(t, "listener", int(fd),
-			testutil.Sockopt{Name: "SO_KEEPALIVE", Level: syscall.SOL_SOCKET, Opt: syscall.SO_KEEPALIVE, Want: 1},
-			testutil.Sockopt{Name: "TCP_KEEPIDLE", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_KEEPIDLE, Want: 45})
-	})
+	rc.Control(func(fd uintptr) { testutil.Sockopts(t, "listener", int(fd), want...) })
+
+	// Relayed: the backend's greeting arrives once the pair is up.
+	c, err := net.Dial("tcp", tcpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(c).ReadString('\n'); line != "A\n" {
+		t.Fatalf("relayed connection: %q, %v", line, err)
+	}
+	testutil.Sockopts(t, "relayed client socket", serverSide(t, c), want...)
+
+	// Served by a goroutine: the answer to a request comes after serveFD set the options.
+	h, err := net.Dial("tcp", httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(h, "GET / HTTP/1.1\r\nHost: x.example\r\n\r\n")
+	if line, err := bufio.NewReader(h).ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 ") {
+		t.Fatalf("HTTP connection: %q, %v", line, err)
+	}
+	testutil.Sockopts(t, "HTTP client socket", serverSide(t, h), want...)
+}
+
+// serverSide finds this process's socket at the other end of c (the proxy's, as it runs in
+// the test process) by its addresses.
+func serverSide(t *testing.T, c net.Conn) int {
+	t.Helper()
+	local, peer := c.RemoteAddr().(*net.TCPAddr), c.LocalAddr().(*net.TCPAddr)
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("finding a socket needs /proc (Linux): %v", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		la, err1 := syscall.Getsockname(fd)
+		pa, err2 := syscall.Getpeername(fd)
+		l4, ok1 := la.(*syscall.SockaddrInet4)
+		p4, ok2 := pa.(*syscall.SockaddrInet4)
+		if err1 == nil && err2 == nil && ok1 && ok2 && l4.Port == local.Port && p4.Port == peer.Port &&
+			net.IP(l4.Addr[:]).Equal(local.IP) && net.IP(p4.Addr[:]).Equal(peer.IP) {
+			return fd
+		}
+	}
+	t.Fatalf("no socket in this process for %v ← %v", local, peer)
+	return -1
 }

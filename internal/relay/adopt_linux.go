@@ -78,9 +78,11 @@ type Verdict struct {
 // Until deadline the client's first bytes must be routed, or rt.Release gets the socket
 // back with ErrDeadline. Adopt returns the pair (Stop ends it, in any phase), or nil when
 // the client was released or its pair ended (every dial failed at once) inside Adopt.
+//
+// The relay writes what it reads as it reads it, so fd should have TCP_NODELAY set. Adopt
+// does not set it: set it once on the listening socket, which Linux copies into every
+// socket accepted from it, and save a system call per connection.
 func (r *Relay) Adopt(fd int, deadline time.Time, rt Router, tag any) *Pair {
-	// Bytes go out as they are read, so no Nagle delay (accepted sockets do not inherit it).
-	rawSetsockopt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	p := r.newPair(fd, -1)
 	p.ownsA, p.rt, p.tag, p.adopting = true, rt, tag, true
 	// A is assumed writable until a write says otherwise: registered without EPOLLOUT, its

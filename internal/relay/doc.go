@@ -26,6 +26,8 @@
 //	p := r.Adopt(fd, time.Now().Add(helloTimeout), router, conn)
 //	// router.Route(p, conn, pre) → Wait, Release (the socket comes back) or Connect
 //
+// (Adopt leaves TCP_NODELAY to the listening socket, which accepted sockets inherit.)
+//
 // The done callback (Router.Done for Adopt) runs on a loop once both directions have ended;
 // p.Stop ends a pair early (a drain that ran out of time).
 //
