@@ -118,6 +118,15 @@ func (e *env) startProxy(kind string) error {
 			spec.Term, spec.TermCert = addr(term), e.termCert
 			spec.TermRoutes = []peers.Route{{Host: sniTerm, Backend: addr(e.port.plain)}}
 		}
+		if e.pg != nil && (kind == "haproxy" || kind == "nginx") {
+			// The PostgreSQL comparison: these peers cannot answer the SSLRequest, so they
+			// forward the whole session unread, which is the least a proxy can do per statement.
+			fwd, err := freePort()
+			if err != nil {
+				return err
+			}
+			spec.Forward, spec.ForwardTo = addr(fwd), addr(e.port.pg)
+		}
 		if kind == "snigate" {
 			admin, err := freePort()
 			if err != nil {

@@ -5,7 +5,8 @@
 // Every configuration does the same: on Spec.Pass, read the ClientHello, route its SNI
 // (exact names, and "*.suffix" wildcards matching one or more labels) to a backend and copy
 // bytes both ways; reject unknown names. On Spec.Term (not sniproxy) terminate TLS with
-// one ECDSA P-256 certificate and forward plaintext.
+// one ECDSA P-256 certificate and forward plaintext. On Spec.Forward (HAProxy and nginx
+// only) forward every connection to Spec.ForwardTo without reading it.
 package peers
 
 import (
@@ -37,6 +38,10 @@ type Spec struct {
 	Term       string // terminate listener; empty: none
 	TermRoutes []Route
 	TermCert   *pki.Leaf
+	// Forward is a plain TCP listener that forwards every connection, unread, to ForwardTo;
+	// empty: none. HAProxy and nginx only: it is how they carry a PostgreSQL session, whose
+	// SSLRequest comes before the ClientHello and which they can therefore not route by SNI.
+	Forward, ForwardTo string
 	Admin      string // snigate's admin listener
 	// HostsPerRoute is how many hostnames one TLSRoute carries (Gateway API allows 16).
 	HostsPerRoute int
@@ -125,6 +130,9 @@ func splitAddr(addr string) (host, port string) {
 // --- snigate -------------------------------------------------------------------------------
 
 func writeSnigate(binary string, s Spec) ([]string, error) {
+	if s.Forward != "" {
+		return nil, fmt.Errorf("snigate: the benchmark has no plain forwarding listener for it (the PostgreSQL test uses its SSLRequest bridge)")
+	}
 	per := s.HostsPerRoute
 	if per <= 0 {
 		per = 16
@@ -320,6 +328,9 @@ frontend term
   use_backend %%[ssl_fc_sni,lower,map(%s)]
 `, s.Term, s.TermCert.BundleFile, tm, tm)
 	}
+	if s.Forward != "" {
+		w.printf("\nlisten forward\n  bind %s\n  server s %s\n", s.Forward, s.ForwardTo)
+	}
 	for _, be := range backends(s.Routes, s.TermRoutes) {
 		w.printf("\nbackend %s\n  server s %s\n", beName(be), be)
 	}
@@ -371,6 +382,9 @@ stream {
   }
 `, s.Dir, s.Term, s.TermCert.CertFile, s.TermCert.KeyFile)
 	}
+	if s.Forward != "" {
+		w.printf("  server { listen %s; proxy_pass %s; proxy_half_close on; }\n", s.Forward, s.ForwardTo)
+	}
 	w.printf("}\n")
 	if err := w.close(); err != nil {
 		return nil, err
@@ -381,6 +395,9 @@ stream {
 // --- sniproxy ------------------------------------------------------------------------------
 
 func writeSniproxy(binary string, s Spec) ([]string, error) {
+	if s.Forward != "" {
+		return nil, fmt.Errorf("sniproxy: no plain forwarding listener")
+	}
 	cfg := filepath.Join(s.Dir, "sniproxy.conf")
 	w := create(cfg)
 	host, port := splitAddr(s.Pass)

@@ -33,13 +33,21 @@ func spec(t *testing.T, dir string) Spec {
 	}
 }
 
-// Every generator writes a configuration; where the peer is installed, the peer accepts it.
+// Every generator writes a configuration (with the plain forwarding listener where the
+// peer has one); where the peer is installed, the peer accepts it.
 func TestConfigsAreAccepted(t *testing.T) {
 	for _, kind := range Kinds {
 		t.Run(kind, func(t *testing.T) {
 			s := spec(t, t.TempDir())
 			if kind == "sniproxy" {
 				s.Term = ""
+			}
+			s.Forward, s.ForwardTo = "127.0.0.1:18446", "127.0.0.1:19004"
+			if _, err := Write(kind, "", s); (err == nil) != (kind == "haproxy" || kind == "nginx") {
+				t.Fatalf("with a forwarding listener: %v", err)
+			}
+			if kind != "haproxy" && kind != "nginx" {
+				s.Forward, s.ForwardTo = "", ""
 			}
 			argv, err := Write(kind, "", s)
 			if err != nil {

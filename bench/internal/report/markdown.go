@@ -183,9 +183,12 @@ func (r *Results) Markdown(chart, notes string) string {
 
 	w("## 7. PostgreSQL\n\n`pgbench %v` (scale %v, fsync off) against a private PostgreSQL with ssl=on, directly over TLS\n", r.Params["pgbenchArgs"], r.Params["pgScale"])
 	w("and through snigate (the client's SSLRequest answered by snigate, which routes on the SNI of the\n")
-	w("ClientHello and does the SSLRequest exchange toward the server). Each round runs A B B A\n")
-	w("(A alternating between rounds): the tables grow with every TPC-B run, and a plain A B order\n")
-	w("would make the second target pay for that drift. Transactions/s is the mean of a target's two runs.\n\n")
+	w("ClientHello and does the SSLRequest exchange toward the server). HAProxy and nginx cannot answer\n")
+	w("the SSLRequest, so they cannot route a PostgreSQL session by SNI: their rows forward the whole\n")
+	w("session unread from a plain TCP listener to the server, the least work a proxy can do per\n")
+	w("statement. Each round runs the targets in a palindrome (A B C D D C B A, rotated every round):\n")
+	w("the tables grow with every TPC-B run, and the palindrome makes that drift cost every target the\n")
+	w("same. Transactions/s is the mean of a target's two runs; the ratio divides it by direct's.\n\n")
 	r.table(&b, TPG, []col{{"TPC-B-like: transactions/s", MTPS, 1, 0, false}, {"÷ direct, same round", MTPSRatio, 1, 3, false},
 		{"select only (-S): transactions/s", MTPSSelect, 1, 0, false}, {"÷ direct, same round", MTPSRatioSelect, 1, 3, false}}, Order)
 

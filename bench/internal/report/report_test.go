@@ -17,6 +17,8 @@ func sample() *Results {
 		r.Add(TIdle, MFDConn, "snigate", "fds", 2)
 		r.Add(TScale, MFailed, "snigate", "conns", 0)
 		r.Add(TPG, MTPSRatio, "snigate", "ratio", 0.98)
+		r.Add(TPG, MTPSRatio, "haproxy", "ratio", 0.91)
+		r.Add(TPG, MTPSRatio, "nginx", "ratio", 0.93)
 	}
 	r.Add(TConns, MCPU, "sniproxy", "µs", math.NaN()) // dropped
 	r.Micro = []Micro{{Name: "BenchmarkParse/go-tls13", NsPerOp: 150}, {Name: "BenchmarkLookup/exact/1", AllocsPerOp: 1}}
@@ -55,6 +57,11 @@ func TestMedianAndTargets(t *testing.T) {
 	}
 	for g := range want {
 		t.Errorf("target %q not evaluated", g)
+	}
+	for _, tg := range r.Targets {
+		if tg.Area == "PostgreSQL" && !strings.Contains(tg.Value, "the best peer forwarding plain TCP: nginx ×0.930") {
+			t.Errorf("PostgreSQL target does not name the best peer: %q", tg.Value)
+		}
 	}
 }
 
