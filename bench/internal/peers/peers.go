@@ -42,7 +42,7 @@ type Spec struct {
 	// empty: none. HAProxy and nginx only: it is how they carry a PostgreSQL session, whose
 	// SSLRequest comes before the ClientHello and which they can therefore not route by SNI.
 	Forward, ForwardTo string
-	Admin      string // snigate's admin listener
+	Admin              string // snigate's admin listener
 	// HostsPerRoute is how many hostnames one TLSRoute carries (Gateway API allows 16).
 	HostsPerRoute int
 	// Snigate's extra serve flags.
