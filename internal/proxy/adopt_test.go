@@ -108,11 +108,7 @@ func TestShutdownCutsUnroutedConnections(t *testing.T) {
 	if err := p.Apply(snap); err != nil {
 		t.Fatal(err)
 	}
-	silent, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
+	silent := dial(t, addr)
 	time.Sleep(50 * time.Millisecond) // accepted and adopted
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -164,11 +160,7 @@ func TestShutdownCutsReleasedThenRelayed(t *testing.T) {
 	if err := p.Apply(snap); err != nil {
 		t.Fatal(err)
 	}
-	client, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := dial(t, addr)
 	client.SetDeadline(time.Now().Add(10 * time.Second))
 	client.Write([]byte(pgwire.SSLRequest))
 	answer := make([]byte, 1)

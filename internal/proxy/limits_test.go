@@ -2,18 +2,16 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 func TestMaxConnectionsPerPort(t *testing.T) {
@@ -73,11 +71,7 @@ func TestIdleTimeout(t *testing.T) {
 	if err := p.Apply(snapshot.New(1, []*snapshot.Port{port})); err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, addr)
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	r := bufio.NewReader(c)
 	if _, err := r.ReadString('\n'); err != nil {
@@ -104,7 +98,7 @@ func TestIdleTimeout(t *testing.T) {
 // A client that sends nothing (it waits for a server greeting, like the MySQL protocol) is
 // closed at the hello timeout, and the log says why SNI routing cannot serve it.
 func TestSilentClientGetsHint(t *testing.T) {
-	var logs syncBuf
+	var logs testutil.SyncBuffer
 	p := New(Options{Metrics: metrics.New(), HelloTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	t.Cleanup(func() { p.Shutdown(t.Context()) })
@@ -112,28 +106,10 @@ func TestSilentClientGetsHint(t *testing.T) {
 	if err := p.Apply(snapshot.New(1, []*snapshot.Port{tlsPort(addr, nil)})); err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, addr)
 	assertClosedSilently(t, c)
-	deadline := time.Now().Add(2 * time.Second)
-	for !strings.Contains(logs.String(), "TCP listener with a TCPRoute") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no server-speaks-first hint in the log:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLog(t, &logs, "TCP listener with a TCPRoute") // the server-speaks-first hint
 }
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // The idle timeout applies to terminated connections too.
 func TestIdleTimeoutTerminate(t *testing.T) {

@@ -89,6 +89,17 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// dial connects to addr; the connection is closed when the test ends.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func tlsPort(addr string, listeners map[string]*snapshot.Listener) *snapshot.Port {
 	p := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTLS}
 	for h, l := range listeners {

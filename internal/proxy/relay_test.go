@@ -40,11 +40,7 @@ func tcpProxy(t *testing.T, eps ...string) string {
 // half-close after it is passed on.
 func TestRelayBulkIntact(t *testing.T) {
 	addr := tcpProxy(t, backend(t, "A", nil).String())
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, addr)
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	r := bufio.NewReader(c)
 	if line, err := r.ReadString('\n'); err != nil || line != "A\n" {
@@ -149,11 +145,7 @@ func TestClientSockopts(t *testing.T) {
 	rc.Control(func(fd uintptr) { testutil.Sockopts(t, "listener", int(fd), want...) })
 
 	// Relayed: the backend's greeting arrives once the pair is up.
-	c, err := net.Dial("tcp", tcpAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, tcpAddr)
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if line, err := bufio.NewReader(c).ReadString('\n'); line != "A\n" {
 		t.Fatalf("relayed connection: %q, %v", line, err)
@@ -161,11 +153,7 @@ func TestClientSockopts(t *testing.T) {
 	testutil.Sockopts(t, "relayed client socket", serverSide(t, c), want...)
 
 	// Served by a goroutine: the answer to a request comes after serveFD set the options.
-	h, err := net.Dial("tcp", httpAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := dial(t, httpAddr)
 	h.SetDeadline(time.Now().Add(5 * time.Second))
 	io.WriteString(h, "GET / HTTP/1.1\r\nHost: x.example\r\n\r\n")
 	if line, err := bufio.NewReader(h).ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 ") {

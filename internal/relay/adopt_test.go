@@ -128,16 +128,10 @@ func TestAdoptRoutesAndRelays(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // a second read, a second Route
 	client.Write([]byte("LO\nand more"))
 	backend := acceptBackend(t, bln)
-	got := make([]byte, len("HELLO\nand more"))
-	if _, err := io.ReadFull(backend, got); err != nil || string(got) != "HELLO\nand more" {
-		t.Fatalf("backend got %q, %v", got, err)
-	}
+	readExpect(t, "backend", backend, "HELLO\nand more")
 	backend.Write([]byte("answer"))
 	client.SetDeadline(time.Now().Add(5 * time.Second))
-	ans := make([]byte, 6)
-	if _, err := io.ReadFull(client, ans); err != nil || string(ans) != "answer" {
-		t.Fatalf("client got %q, %v", ans, err)
-	}
+	readExpect(t, "client", client, "answer")
 	client.Close()
 	backend.Close()
 	res := rt.waitDone(t)
@@ -168,10 +162,7 @@ func TestAdoptConnectAtOnce(t *testing.T) {
 	backend := acceptBackend(t, bln)
 	backend.Write([]byte("greeting")) // a server that speaks first
 	client.SetDeadline(time.Now().Add(5 * time.Second))
-	got := make([]byte, 8)
-	if _, err := io.ReadFull(client, got); err != nil || string(got) != "greeting" {
-		t.Fatalf("client got %q, %v", got, err)
-	}
+	readExpect(t, "client", client, "greeting")
 	backend.Close()
 	client.Close()
 	if res := rt.waitDone(t); res.Bytes != [2]int64{0, 8} {
@@ -396,12 +387,18 @@ func acceptBackend(t *testing.T, bln *net.TCPListener) *net.TCPConn {
 func acceptExpect(t *testing.T, bln *net.TCPListener, want string) *net.TCPConn {
 	t.Helper()
 	backend := acceptBackend(t, bln)
-	got := make([]byte, len(want))
-	if _, err := io.ReadFull(backend, got); err != nil || string(got) != want {
-		backend.Close()
-		t.Fatalf("backend got %q, %v; want %q", got, err, want)
-	}
+	readExpect(t, "backend", backend, want)
 	return backend
+}
+
+// readExpect reads len(want) bytes from c (named what in the failure) and fails unless they
+// are want.
+func readExpect(t *testing.T, what string, c net.Conn, want string) {
+	t.Helper()
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != want {
+		t.Fatalf("%s got %q, %v; want %q", what, got, err, want)
+	}
 }
 
 // fullListener returns the address of a listener whose accept queue is full (it drops SYNs):
