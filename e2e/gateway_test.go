@@ -44,6 +44,14 @@ type gateway struct {
 // then SIGKILL) when the test ends, and its log is printed if the test failed.
 func startGateway(t *testing.T, dir string, args ...string) *gateway {
 	t.Helper()
+	return startSnigate(t, dir, append([]string{"serve", "-f", dir}, args...)...)
+}
+
+// startSnigate runs the binary with argv (a command and its flags) plus an admin listener on
+// a free loopback port and JSON logs, and waits until /readyz answers 200, like
+// startGateway. dir is recorded for tests that edit their files (may be "").
+func startSnigate(t *testing.T, dir string, argv ...string) *gateway {
+	t.Helper()
 	needBinary(t)
 	g := &gateway{
 		t:      t,
@@ -56,7 +64,7 @@ func startGateway(t *testing.T, dir string, args ...string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append([]string{"serve", "-f", dir, "--admin", g.admin, "--log-format", "json"}, args...)
+	argv = append(argv, "--admin", g.admin, "--log-format", "json")
 	g.cmd = exec.Command(snigateBin, argv...)
 	g.cmd.Stdout, g.cmd.Stderr = logf, logf
 	if err := g.cmd.Start(); err != nil {

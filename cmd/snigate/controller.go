@@ -83,14 +83,14 @@ func runController(args []string) error {
 	}
 	c, err := kubernetes.New(kubernetes.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
-		Apply: apply, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
+		Apply: apply, Metrics: m, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
 		HealthProbeAddress: *probes, Logger: log, LocalAddresses: local,
 		Provision: provisionOpts(),
 	})
 	if err != nil {
 		return err
 	}
-	closeAdmin, err := startAdmin(*rf.admin, m, c.State, log)
+	closeAdmin, err := startAdmin(*rf.admin, m, c.Runner().State, log)
 	if err != nil {
 		return err
 	}

@@ -59,12 +59,12 @@ func runDataplane(args []string) error {
 	p := proxy.New(rf.proxyOptions(m, log))
 	c, err := kubernetes.New(kubernetes.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
-		Apply: p.Apply, ReadOnly: true, Logger: log,
+		Apply: p.Apply, Metrics: m, ReadOnly: true, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	closeAdmin, err := startAdmin(*rf.admin, m, c.State, log)
+	closeAdmin, err := startAdmin(*rf.admin, m, c.Runner().State, log)
 	if err != nil {
 		return err
 	}

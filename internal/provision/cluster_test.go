@@ -475,8 +475,8 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if after != before || applies2 != applies {
 			t.Errorf("snapshot changed while the API server was unreachable (%d → %d applies)", applies, applies2)
 		}
-		if !dp.State().Ready {
-			t.Errorf("data plane not ready while the API server is unreachable: %+v", dp.State())
+		if !dp.Runner().State().Ready {
+			t.Errorf("data plane not ready while the API server is unreachable: %+v", dp.Runner().State())
 		}
 		// A change made meanwhile reaches the data plane within a second of the API server's
 		// return, although client-go's watches are still backing off (0.8 s doubling): the data

@@ -1,6 +1,23 @@
 // Package resources holds the set of Kubernetes and Gateway API objects that snigate reads,
 // whatever their source (YAML files or a Kubernetes API server). It is the input of the
 // translate stage.
+//
+//	for _, k := range resources.Kinds { ... } // every kind snigate reads, and how
+//	res := &resources.Resources{}
+//	resources.KindOf("gateway.networking.k8s.io", "Gateway").Add(res, gw)
+//
+// # The contract between the stages
+//
+// Kinds is the one list of the kinds snigate reads: the file loader, the cluster source,
+// translate's memo and the golden tests all range over it, so adding a kind is one entry
+// there and one field in Resources.
+//
+// Objects are immutable once in a Resources: a source that sees an object change puts a new
+// pointer in the next Resources, and nothing downstream (translate, the runner, the status
+// writer) modifies an object it was given. Incremental work relies on it: the file loader
+// hands out the same pointers for documents that did not change, and translate's memo
+// remembers routes by pointer, so a change of one route among 100 000 hostnames translates
+// that route alone (docs/performance.md).
 package resources
 
 import (

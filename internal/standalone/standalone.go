@@ -1,6 +1,6 @@
 // Package standalone runs snigate without a cluster: it loads Gateway API manifests from
-// files, translates them, applies the snapshot to the proxy, and reloads when the files
-// change or on request (SIGHUP).
+// files, hands them to the shared runner (package pipeline: translate, apply to the proxy,
+// status and metrics), and reloads when the files change or on request (SIGHUP).
 //
 //	r := standalone.New(standalone.Config{Paths: []string{"examples/quickstart"}, Proxy: p, ...})
 //	if err := r.Load(); err != nil { ... }   // the first load must succeed
@@ -13,12 +13,10 @@ package standalone
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,9 +24,8 @@ import (
 
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/pipeline"
 	"github.com/snigate/snigate/internal/proxy"
-	"github.com/snigate/snigate/internal/resources"
-	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/source/file"
 	"github.com/snigate/snigate/internal/translate"
 )
@@ -44,22 +41,14 @@ type Config struct {
 	Debounce time.Duration
 }
 
-// Runner owns the load → translate → apply loop.
+// Runner owns the file side of the loop: a file.Loader, whose next load decodes only the
+// files that changed, and the watch; translating and applying is the shared pipeline's.
 type Runner struct {
-	cfg Config
-	log *slog.Logger
-
-	mu         sync.Mutex // serialises loads
-	generation uint64
-	// memo carries translate's work from one load to the next: a change of one route among
-	// 100 000 hostnames translates that route only (issue 6).
-	memo translate.Memo
-	// stateMu guards state alone, so /status and /readyz answer at once while a long load
-	// (100 000 routes take about a second) runs.
-	stateMu sync.Mutex
-	state   admin.State
-	snap    *snapshot.Snapshot // serving snapshot, described lazily into table
-	table   *snapshot.Description
+	cfg    Config
+	log    *slog.Logger
+	mu     sync.Mutex // serialises loads: the Loader is for one goroutine at a time
+	loader file.Loader
+	pipe   *pipeline.Runner
 }
 
 // New returns a runner; nothing is loaded until Load.
@@ -70,78 +59,27 @@ func New(cfg Config) *Runner {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 20 * time.Millisecond
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger}
+	pc := pipeline.Config{Metrics: cfg.Metrics, Logger: cfg.Logger, Translate: cfg.Translate}
+	if cfg.Proxy != nil {
+		pc.Apply = cfg.Proxy.Apply
+	}
+	pipe, _ := pipeline.New(pc) // cannot fail: no Gateway filter
+	return &Runner{cfg: cfg, log: cfg.Logger, pipe: pipe}
 }
 
 // State returns what the admin server shows.
-func (r *Runner) State() admin.State {
-	r.stateMu.Lock()
-	defer r.stateMu.Unlock()
-	if r.snap != nil && r.table == nil {
-		d := r.snap.Describe()
-		r.table = &d
-	}
-	st := r.state
-	if r.table != nil {
-		st.Table = r.table
-	}
-	return st
-}
+func (r *Runner) State() admin.State { return r.pipe.State() }
 
 // Load reads the files, translates them and applies the result. On error the running
 // configuration is unchanged.
 func (r *Runner) Load() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := r.load()
+	res, err := r.loader.Load(r.cfg.Paths...)
 	if err != nil {
-		r.cfg.Metrics.Reloads.WithLabelValues("rejected").Inc()
-		r.stateMu.Lock()
-		r.state.LastError = err.Error()
-		ready, gen := r.state.Ready, r.state.Generation
-		r.stateMu.Unlock()
-		if ready {
-			r.log.Error("configuration rejected; still serving the previous one",
-				"generation", gen, "error", err)
-		}
-		return err
+		return r.pipe.Reject(err)
 	}
-	r.cfg.Metrics.Reloads.WithLabelValues("applied").Inc()
-	return nil
-}
-
-func (r *Runner) load() error {
-	res, err := file.Load(r.cfg.Paths...)
-	if err != nil {
-		return err
-	}
-	opts := r.cfg.Translate
-	opts.Generation = r.generation + 1
-	opts.Memo = &r.memo
-	out := translate.Translate(res, opts)
-	if len(out.Errors) > 0 {
-		return errors.Join(out.Errors...)
-	}
-	if err := r.cfg.Proxy.Apply(out.Snapshot); err != nil {
-		var be *proxy.BindError
-		if errors.As(err, &be) {
-			return bindError(res.Origins, be)
-		}
-		return err
-	}
-	r.generation = opts.Generation
-	routes := out.Snapshot.RouteHostnames()
-	r.cfg.Metrics.Generation.Set(float64(r.generation))
-	r.cfg.Metrics.Routes.Set(float64(routes))
-	r.stateMu.Lock()
-	// The table is described when /status asks for it, not on every load: with 100 000
-	// routes the description alone takes about 100 ms.
-	r.state = admin.State{Ready: true, Generation: r.generation, Status: out.Status}
-	r.snap, r.table = out.Snapshot, nil
-	r.stateMu.Unlock()
-	r.log.Info("configuration applied", "generation", r.generation, "ports", len(out.Snapshot.Ports),
-		"routeHostnames", routes)
-	return nil
+	return r.pipe.Run(res)
 }
 
 // Watch reloads when a watched file changes or when reload receives, until ctx is done.
@@ -219,17 +157,4 @@ func (r *Runner) Watch(ctx context.Context, reload <-chan struct{}) error {
 			r.Load()
 		}
 	}
-}
-
-// bindError names the file and field of a listener whose port cannot be bound.
-func bindError(origins map[string]string, be *proxy.BindError) error {
-	parts := strings.SplitN(be.Listener, "/", 3)
-	if len(parts) != 3 {
-		return be
-	}
-	where := "Gateway " + parts[0] + "/" + parts[1]
-	if o := origins[resources.OriginKey("Gateway", parts[0], parts[1])]; o != "" {
-		where = resources.DescribeOrigin(o) + " (" + where + ")"
-	}
-	return fmt.Errorf("%s: spec.listeners[name=%s].port: cannot bind %s: %w", where, parts[2], be.Address, be.Err)
 }

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,23 +89,4 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-func reversed(in *resources.Resources) *resources.Resources {
-	r := *in
-	r.GatewayClasses = rev(in.GatewayClasses)
-	r.Gateways = rev(in.Gateways)
-	r.TLSRoutes = rev(in.TLSRoutes)
-	r.TCPRoutes = rev(in.TCPRoutes)
-	r.HTTPRoutes = rev(in.HTTPRoutes)
-	r.ReferenceGrants = rev(in.ReferenceGrants)
-	r.Services = rev(in.Services)
-	r.EndpointSlices = rev(in.EndpointSlices)
-	r.Secrets = rev(in.Secrets)
-	r.Namespaces = rev(in.Namespaces)
-	return &r
-}
-
-func rev[T any](s []T) []T {
-	s = slices.Clone(s)
-	slices.Reverse(s)
-	return s
-}
+func reversed(in *resources.Resources) *resources.Resources { return resources.Reversed(in) }

@@ -3,17 +3,13 @@ package translate
 import (
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
-
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
 // Memo carries work from one Translate to the next, so that a change of a few routes among
-// 100 000 hostnames does not translate them all again (issue 6: a one-route change within
-// 50 ms). Pass the same Memo in Options to successive calls; it is not safe for concurrent
+// 100 000 hostnames does not translate them all again (a one-route change applies within
+// 50 ms, docs/performance.md). Pass the same Memo in Options to successive calls; it is not safe for concurrent
 // use. Translate with a Memo returns what it returns without one, except that the conditions
 // of a route taken from the memo keep the LastTransitionTime they were computed with:
 // nothing they depend on changed since.
@@ -22,9 +18,9 @@ import (
 // guarantee (a changed object is a new pointer), and remembers by object identity:
 //   - routes that passed validation (a route's checks look at the route alone);
 //   - the translation of each route, its status and its attachments to listeners, valid as
-//     long as everything else a route depends on (Gateways, GatewayClasses, Services,
-//     EndpointSlices, Secrets, Namespaces, ReferenceGrants and the options) is the very same
-//     set of objects as in the previous call; otherwise every route is translated again;
+//     long as everything else a route depends on (the objects of every kind that is not a
+//     route in resources.Kinds, and the options) is the very same set of objects as in the
+//     previous call; otherwise every route is translated again;
 //   - the precedence order of the routes, into which new routes are merged;
 //   - the route table of each TLS listener, which the next call derives with the routes
 //     that came and went instead of building it again (snapshot.HostTable.Edit).
@@ -70,37 +66,26 @@ type memoAttachment struct {
 	a        *attachment
 }
 
-// memoContext is everything besides the route itself that a route's translation reads.
+// memoContext is everything besides the route itself that a route's translation reads:
+// the objects of every kind that is not a route (resources.Kinds), and the options.
 type memoContext struct {
-	classes    []*gwv1.GatewayClass
-	gateways   []*gwv1.Gateway
-	grants     []*gwv1.ReferenceGrant
-	services   []*corev1.Service
-	slices     []*discoveryv1.EndpointSlice
-	secrets    []*corev1.Secret
-	namespaces []*corev1.Namespace
-	opts       Options // without Now, Generation and Memo
+	objects [][]resources.Object // by kind, in the order of resources.Kinds
+	opts    Options              // without Now, Generation and Memo
 }
 
 func newMemoContext(in *resources.Resources, opts Options) memoContext {
 	opts.Now, opts.Generation, opts.Memo = nil, 0, nil
-	return memoContext{
-		classes:    slices.Clone(in.GatewayClasses),
-		gateways:   slices.Clone(in.Gateways),
-		grants:     slices.Clone(in.ReferenceGrants),
-		services:   slices.Clone(in.Services),
-		slices:     slices.Clone(in.EndpointSlices),
-		secrets:    slices.Clone(in.Secrets),
-		namespaces: slices.Clone(in.Namespaces),
-		opts:       opts,
+	c := memoContext{opts: opts}
+	for _, k := range resources.Kinds {
+		if !k.Route {
+			c.objects = append(c.objects, k.Objects(in))
+		}
 	}
+	return c
 }
 
 func (c memoContext) equal(o memoContext) bool {
-	return slices.Equal(c.classes, o.classes) && slices.Equal(c.gateways, o.gateways) &&
-		slices.Equal(c.grants, o.grants) && slices.Equal(c.services, o.services) &&
-		slices.Equal(c.slices, o.slices) && slices.Equal(c.secrets, o.secrets) &&
-		slices.Equal(c.namespaces, o.namespaces) &&
+	return slices.EqualFunc(c.objects, o.objects, slices.Equal) &&
 		c.opts.ControllerName == o.opts.ControllerName && c.opts.DefaultBindAddress == o.opts.DefaultBindAddress &&
 		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass
 }
@@ -141,20 +126,18 @@ func (m *Memo) endValidation(in *resources.Resources) {
 	}
 	if len(m.valid) > 2*m.nValid+64 {
 		keep := make(map[any]bool, m.nValid)
-		keepValid(keep, m.valid, in.TLSRoutes)
-		keepValid(keep, m.valid, in.TCPRoutes)
-		keepValid(keep, m.valid, in.HTTPRoutes)
+		for _, k := range resources.Kinds {
+			if k.Route {
+				for _, r := range k.Objects(in) {
+					if m.valid[r] {
+						keep[r] = true
+					}
+				}
+			}
+		}
 		m.valid = keep
 	}
 	m.nValid = 0
-}
-
-func keepValid[T comparable](keep, valid map[any]bool, routes []T) {
-	for _, r := range routes {
-		if valid[r] {
-			keep[r] = true
-		}
-	}
 }
 
 // reused reports whether r was taken from the memo in this call.

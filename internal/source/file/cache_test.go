@@ -22,20 +22,21 @@ func TestFileCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var ld Loader
 	cached := func(f string) bool {
-		fileCache.mu.Lock()
-		defer fileCache.mu.Unlock()
-		_, ok := fileCache.m[filepath.Join(dir, f)]
+		ld.cache.mu.Lock()
+		defer ld.cache.mu.Unlock()
+		_, ok := ld.cache.m[filepath.Join(dir, f)]
 		return ok
 	}
 	write("a.yaml", svc("a"))
 	write("b.yaml", svc("b"))
-	first, err := Load(dir)
+	first, err := ld.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	write("b.yaml", svc("b2"))
-	res, err := Load(dir)
+	res, err := ld.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestFileCache(t *testing.T) {
 	}
 	// Shorter content than before, read into the same buffer.
 	write("b.yaml", svc("b"))
-	if res, err = Load(dir); err != nil {
+	if res, err = ld.Load(dir); err != nil {
 		t.Fatal(err)
 	}
 	if res.Services[1].Name != "b" {
@@ -62,28 +63,28 @@ func TestFileCache(t *testing.T) {
 
 	// A file with an error is not cached: the next load reports the error again.
 	write("c.yaml", svc("c")+"bogus: 1\n")
-	if _, err := Load(dir); err == nil {
+	if _, err := ld.Load(dir); err == nil {
 		t.Fatal("unknown field accepted")
 	}
 	if cached("c.yaml") {
 		t.Error("a file with an error is cached")
 	}
-	if _, err := Load(dir); err == nil {
+	if _, err := ld.Load(dir); err == nil {
 		t.Fatal("unknown field accepted on the second load")
 	}
 
 	// A duplicate across files is found when both files come from the cache.
 	write("c.yaml", svc("a"))
-	if _, err := Load(dir); err == nil {
+	if _, err := ld.Load(dir); err == nil {
 		t.Fatal("duplicate accepted")
 	}
-	if _, err := Load(dir); err == nil {
+	if _, err := ld.Load(dir); err == nil {
 		t.Fatal("duplicate accepted when both files are cached")
 	}
 
 	os.Remove(filepath.Join(dir, "b.yaml"))
 	os.Remove(filepath.Join(dir, "c.yaml"))
-	if _, err := Load(dir); err != nil {
+	if _, err := ld.Load(dir); err != nil {
 		t.Fatal(err)
 	}
 	if cached("b.yaml") {
@@ -112,8 +113,9 @@ func TestFileCacheByDocument(t *testing.T) {
 		}
 		return m
 	}
+	var ld Loader
 	write(svc("a"), svc("b"), svc("c"))
-	first, err := Load(dir)
+	first, err := ld.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestFileCacheByDocument(t *testing.T) {
 
 	// A new first document shifts the others; b is edited.
 	write(svc("z"), svc("a"), svc("b2"), svc("c"))
-	res, err := Load(dir)
+	res, err := ld.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,13 +142,53 @@ func TestFileCacheByDocument(t *testing.T) {
 
 	// An error in a changed document names its number; the unchanged ones still load.
 	write(svc("z"), svc("a"), svc("b2")+"bogus: 1\n", svc("c"))
-	_, err = Load(dir)
+	_, err = ld.Load(dir)
 	if err == nil || !strings.Contains(err.Error(), "document 3") {
 		t.Fatalf("error %v, want one naming document 3", err)
 	}
 	// A reused document duplicated is still a duplicate.
 	write(svc("a"), svc("a"))
-	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "duplicate") {
+	if _, err := ld.Load(dir); err == nil || !strings.Contains(err.Error(), "duplicate") {
 		t.Fatalf("error %v, want a duplicate", err)
+	}
+}
+
+// Loaders share nothing: two runners reading the same files do not evict each other's
+// cache, and the package-level Load, which has no cache, decodes everything every time.
+func TestLoadersAreIndependent(t *testing.T) {
+	dir := t.TempDir()
+	svc := "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\nspec:\n  ports:\n  - port: 1\n"
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(svc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "b.yaml"), []byte(svc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var one, two Loader
+	first, err := one.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.Load(other); err != nil { // keeps only other's files, in its own cache
+		t.Fatal(err)
+	}
+	again, err := one.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Services[0] != first.Services[0] {
+		t.Error("another Loader's load evicted this Loader's cache")
+	}
+	plain1, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain2, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain1.Services[0] == plain2.Services[0] || plain1.Services[0] == first.Services[0] {
+		t.Error("the package-level Load reused objects: it must not share a cache")
 	}
 }

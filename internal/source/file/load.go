@@ -6,15 +6,20 @@
 //	if err != nil { /* names file, document, object and field */ }
 //	result := translate.Translate(res, translate.Options{})
 //
+// A process that reloads the same files keeps one Loader, which decodes only what changed:
+//
+//	var ld file.Loader
+//	res, err := ld.Load("examples/quickstart/") // then again after every change
+//
 // What Load accepts:
 //   - Each path is a file or a folder. A folder contributes every *.yaml, *.yml and *.json file
 //     directly inside it (not in sub-folders), in lexical order; names starting with "." are
 //     skipped (editor swap files, .git).
 //   - A file holds one or more YAML documents separated by "---" lines; JSON is YAML. Documents
 //     that are empty or only comments are skipped. A "v1 List" document contributes its items.
-//   - Kinds: gateway.networking.k8s.io/v1 GatewayClass, Gateway, TLSRoute, TCPRoute, HTTPRoute,
-//     ReferenceGrant (v1beta1 too); v1 Service, Secret, Namespace; discovery.k8s.io/v1
-//     EndpointSlice.
+//   - Kinds: those of resources.Kinds (gateway.networking.k8s.io/v1 GatewayClass, Gateway,
+//     TLSRoute, TCPRoute, HTTPRoute, ReferenceGrant (v1beta1 too); v1 Service, Secret,
+//     Namespace; discovery.k8s.io/v1 EndpointSlice).
 //
 // Decoding is strict, like the API server: unknown fields, duplicate keys, unknown kinds and
 // two objects with the same kind, namespace and name are errors. Load applies the defaults the
@@ -27,12 +32,14 @@
 // "dir/db.yaml#2" ("#2/items[0]" inside a List) for translate's errors.
 // Load reports every error it finds, joined with errors.Join.
 //
-// Speed matters at 100 000 routes (issue 6). Documents in plain block-style YAML are
-// converted by package blockyaml and decoded at once; every other document, and every
-// document with an error, goes through sigs.k8s.io/yaml and the checks one by one, so errors
-// read the same either way. Load remembers the objects of each file it read without error,
-// with the file's content: a reload decodes only the files that changed, and the objects of
-// the others are the same pointers as before.
+// Speed matters at 100 000 routes, where a reload must apply a one-route change within
+// 50 ms (docs/performance.md). Documents in plain block-style YAML are converted by package
+// blockyaml and decoded at once; every other document, and every document with an error,
+// goes through sigs.k8s.io/yaml and the checks one by one, so errors read the same either
+// way. A Loader remembers the objects of each file it read without error, with the file's
+// content: its next Load decodes only the files (and within them the documents) that
+// changed, and the objects of the others are the same pointers as before, as the contract of
+// package resources requires.
 package file
 
 import (
@@ -45,6 +52,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,9 +60,7 @@ import (
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -63,20 +69,29 @@ import (
 	"github.com/snigate/snigate/internal/source/file/blockyaml"
 )
 
-const (
-	groupGateway   = "gateway.networking.k8s.io"
-	groupDiscovery = "discovery.k8s.io"
-)
+// Load reads every object in paths (files or folders) into one Resources, decoding
+// everything: a one-off read. See Loader for reloads.
+func Load(paths ...string) (*resources.Resources, error) {
+	return new(Loader).Load(paths...)
+}
+
+// Loader reads files like Load and remembers what each file held, so that its next Load
+// decodes only what changed and returns the same object pointers for the rest. It keeps the
+// files of its latest Load only. The zero value is ready to use; a Loader is safe for use by
+// one goroutine at a time (the runner serialises loads), and separate Loaders share nothing.
+type Loader struct {
+	cache filesCache
+}
 
 // Load reads every object in paths (files or folders) into one Resources.
-func Load(paths ...string) (*resources.Resources, error) {
+func (ld *Loader) Load(paths ...string) (*resources.Resources, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("no input files given")
 	}
 	l := &loader{
-		cached: true,
-		res:    &resources.Resources{Origins: map[string]string{}},
-		seen:   map[string]where{},
+		cache: &ld.cache,
+		res:   &resources.Resources{Origins: map[string]string{}},
+		seen:  map[string]where{},
 	}
 	read := map[string]bool{}
 	for _, p := range paths {
@@ -86,7 +101,7 @@ func Load(paths ...string) (*resources.Resources, error) {
 			continue
 		}
 		for _, f := range files {
-			data, err := fileCache.read(f)
+			data, err := ld.cache.read(f)
 			if err != nil {
 				l.errs = append(l.errs, err)
 				continue
@@ -95,7 +110,7 @@ func Load(paths ...string) (*resources.Resources, error) {
 			l.file(f, data)
 		}
 	}
-	fileCache.keep(read)
+	ld.cache.keep(read)
 	if len(l.errs) > 0 {
 		return nil, errors.Join(l.errs...)
 	}
@@ -146,12 +161,13 @@ func expand(p string) ([]string, error) {
 	return out, nil
 }
 
+// loader is the state of one Load or Decode.
 type loader struct {
-	// cached: reuse the objects of unchanged files (Load only; Decode's input has no file).
-	cached bool
-	res    *resources.Resources
-	seen   map[string]where // origin key -> where it was first defined
-	errs   []error
+	// cache: reuse the objects of unchanged files (nil for Decode, whose input has no file).
+	cache *filesCache
+	res   *resources.Resources
+	seen  map[string]where // origin key -> where it was first defined
+	errs  []error
 	// objs collects the objects of the file being read, for the cache.
 	objs []object
 }
@@ -187,16 +203,17 @@ func (l *loader) fail(w where, obj string, format string, args ...any) {
 type object struct {
 	w      where
 	kind   string
-	obj    metav1.Object
+	k      *resources.Kind
+	obj    resources.Object
 	key    string // resources.OriginKey
 	origin string // w.origin()
 }
 
 func (l *loader) file(name string, data []byte) {
 	var prev fileEntry
-	if l.cached {
+	if l.cache != nil {
 		var ok bool
-		if prev, ok = fileCache.get(name); ok && bytes.Equal(prev.data, data) {
+		if prev, ok = l.cache.get(name); ok && bytes.Equal(prev.data, data) {
 			for i := range prev.objs {
 				l.add(&prev.objs[i])
 			}
@@ -236,26 +253,24 @@ func (l *loader) file(name string, data []byte) {
 		c := conv[0]
 		conv = conv[1:]
 		if c.obj != nil {
-			l.decoded(w, c.obj.h, c.obj.obj, c.obj.namespaced)
+			l.decoded(w, c.obj.h, c.obj.obj, c.obj.k)
 			continue
 		}
 		l.document(w, doc, c)
 	}
 	// Only a file without errors is cached, so a file with errors reports them again.
-	if l.cached && len(l.errs) == errs {
-		fileCache.put(name, data, l.objs)
+	if l.cache != nil && len(l.errs) == errs {
+		l.cache.put(name, data, l.objs)
 	}
 	l.objs = nil
 }
 
-// files remembers the objects of each file with the content they came from, so that a
+// filesCache remembers the objects of each file with the content they came from, so that a
 // reload after one file changed decodes only that file: with 100 000 routes, decoding is
-// most of the time a reload takes (issue 6). Only the files of the latest Load are kept.
-var fileCache = &filesCache{m: map[string]fileEntry{}}
-
+// most of the time a reload takes. Only the files of the latest Load are kept.
 type filesCache struct {
 	mu sync.Mutex
-	m  map[string]fileEntry
+	m  map[string]fileEntry // nil until the first put
 	// scratch is the buffer files are read into: an unchanged 6 MB file is compared with
 	// the cache without allocating 6 MB on every reload.
 	scratch []byte
@@ -325,6 +340,9 @@ func (c *filesCache) put(name string, data []byte, objs []object) {
 		}
 	}
 	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]fileEntry{}
+	}
 	c.m[name] = fileEntry{data: data, objs: objs, byDoc: byDoc}
 	c.mu.Unlock()
 }
@@ -350,9 +368,9 @@ type converted struct {
 
 // decoded is a document's object after strict decoding.
 type decoded struct {
-	h          header
-	obj        any
-	namespaced bool
+	h   header
+	obj resources.Object
+	k   *resources.Kind
 }
 
 // convertAll converts and decodes documents on every CPU (they are independent); everything
@@ -410,20 +428,20 @@ func convert(doc []byte, last *header) converted {
 // strict and the object's own apiVersion and kind are the guessed ones.
 func decodeQuick(js []byte, last *header) *decoded {
 	if r := decodeTLSRoute(js); r != nil && r.APIVersion != "" && r.Kind != "" && r.Name != "" {
-		d := &decoded{obj: r, namespaced: true}
+		d := &decoded{obj: r, k: tlsRouteKind}
 		d.h.APIVersion, d.h.Kind = r.APIVersion, r.Kind
 		d.h.Metadata.Name, d.h.Metadata.Namespace = r.Name, r.Namespace
 		return d
 	}
 	if last.Kind != "" {
-		obj, namespaced, _ := newObject(last.APIVersion, last.Kind)
-		if strict, err := kjson.UnmarshalStrict(js, obj); err == nil && len(strict) == 0 {
-			ro, m := obj.(kruntime.Object), obj.(metav1.Object)
-			if v, k := ro.GetObjectKind().GroupVersionKind().ToAPIVersionAndKind(); v == last.APIVersion && k == last.Kind && m.GetName() != "" {
-				d := &decoded{obj: obj, namespaced: namespaced}
-				d.h.APIVersion, d.h.Kind = v, k
-				d.h.Metadata.Name, d.h.Metadata.Namespace = m.GetName(), m.GetNamespace()
-				return d
+		if obj, kd, err := newObject(last.APIVersion, last.Kind); err == nil {
+			if strict, err := kjson.UnmarshalStrict(js, obj); err == nil && len(strict) == 0 {
+				if v, k := obj.GetObjectKind().GroupVersionKind().ToAPIVersionAndKind(); v == last.APIVersion && k == last.Kind && obj.GetName() != "" {
+					d := &decoded{obj: obj, k: kd}
+					d.h.APIVersion, d.h.Kind = v, k
+					d.h.Metadata.Name, d.h.Metadata.Namespace = obj.GetName(), obj.GetNamespace()
+					return d
+				}
 			}
 		}
 	}
@@ -431,14 +449,14 @@ func decodeQuick(js []byte, last *header) *decoded {
 	if err := json.Unmarshal(js, &h); err != nil || h.APIVersion == "" || h.Kind == "" || h.Metadata.Name == "" {
 		return nil
 	}
-	obj, namespaced, err := newObject(h.APIVersion, h.Kind)
+	obj, k, err := newObject(h.APIVersion, h.Kind)
 	if err != nil {
 		return nil
 	}
 	if strict, err := kjson.UnmarshalStrict(js, obj); err != nil || len(strict) > 0 {
 		return nil
 	}
-	return &decoded{h: h, obj: obj, namespaced: namespaced}
+	return &decoded{h: h, obj: obj, k: k}
 }
 
 // document is one YAML document of a file and the file line it starts on.
@@ -575,12 +593,12 @@ func (l *loader) object(w where, js []byte) {
 		return
 	}
 
-	obj, namespaced, err := newObject(h.APIVersion, h.Kind)
+	obj, k, err := newObject(h.APIVersion, h.Kind)
 	if err != nil {
 		l.fail(w, "", "%v", err)
 		return
 	}
-	id := describe(h.Kind, namespaced, h.Metadata.Namespace, h.Metadata.Name)
+	id := describe(h.Kind, k.Namespaced, h.Metadata.Namespace, h.Metadata.Name)
 	strict, err := kjson.UnmarshalStrict(js, obj)
 	if err != nil {
 		l.fail(w, id, "%v", err)
@@ -592,18 +610,17 @@ func (l *loader) object(w where, js []byte) {
 		}
 		return
 	}
-	l.decoded(w, h, obj, namespaced)
+	l.decoded(w, h, obj, k)
 }
 
 // decoded applies the API server's defaults to a decoded object and adds it.
-func (l *loader) decoded(w where, h header, obj any, namespaced bool) {
-	id := describe(h.Kind, namespaced, h.Metadata.Namespace, h.Metadata.Name)
-	m := obj.(metav1.Object)
+func (l *loader) decoded(w where, h header, m resources.Object, k *resources.Kind) {
+	id := describe(h.Kind, k.Namespaced, h.Metadata.Namespace, h.Metadata.Name)
 	if m.GetName() == "" {
 		l.fail(w, id, "metadata.name: required")
 		return
 	}
-	if namespaced {
+	if k.Namespaced {
 		if m.GetNamespace() == "" {
 			m.SetNamespace(metav1.NamespaceDefault)
 		}
@@ -614,10 +631,10 @@ func (l *loader) decoded(w where, h header, obj any, namespaced bool) {
 	if m.GetGeneration() == 0 {
 		m.SetGeneration(1)
 	}
-	if s, ok := obj.(*corev1.Secret); ok {
+	if s, ok := m.(*corev1.Secret); ok {
 		mergeStringData(s)
 	}
-	o := object{w: w, kind: h.Kind, obj: m, key: resources.OriginKey(h.Kind, m.GetNamespace(), m.GetName()), origin: w.origin()}
+	o := object{w: w, kind: h.Kind, k: k, obj: m, key: resources.OriginKey(h.Kind, m.GetNamespace(), m.GetName()), origin: w.origin()}
 	l.objs = append(l.objs, o)
 	l.add(&o)
 }
@@ -633,28 +650,7 @@ func (l *loader) add(o *object) {
 	l.seen[o.key] = o.w
 	l.res.Origins[o.key] = o.origin
 
-	switch o := o.obj.(type) {
-	case *gwv1.GatewayClass:
-		l.res.GatewayClasses = append(l.res.GatewayClasses, o)
-	case *gwv1.Gateway:
-		l.res.Gateways = append(l.res.Gateways, o)
-	case *gwv1.TLSRoute:
-		l.res.TLSRoutes = append(l.res.TLSRoutes, o)
-	case *gwv1.TCPRoute:
-		l.res.TCPRoutes = append(l.res.TCPRoutes, o)
-	case *gwv1.HTTPRoute:
-		l.res.HTTPRoutes = append(l.res.HTTPRoutes, o)
-	case *gwv1.ReferenceGrant:
-		l.res.ReferenceGrants = append(l.res.ReferenceGrants, o)
-	case *corev1.Service:
-		l.res.Services = append(l.res.Services, o)
-	case *corev1.Secret:
-		l.res.Secrets = append(l.res.Secrets, o)
-	case *corev1.Namespace:
-		l.res.Namespaces = append(l.res.Namespaces, o)
-	case *discoveryv1.EndpointSlice:
-		l.res.EndpointSlices = append(l.res.EndpointSlices, o)
-	}
+	o.k.Add(l.res, o.obj)
 }
 
 func describe(kind string, namespaced bool, ns, name string) string {
@@ -670,51 +666,32 @@ func describe(kind string, namespaced bool, ns, name string) string {
 	return kind + " " + ns + "/" + name
 }
 
-// newObject returns an empty object of the given type and whether the kind is namespaced.
-func newObject(apiVersion, kind string) (any, bool, error) {
+// tlsRouteKind is the kind decodeTLSRoute decodes.
+var tlsRouteKind = resources.KindOf(gwv1.GroupName, "TLSRoute")
+
+// newObject returns an empty object of the given type and its kind.
+func newObject(apiVersion, kind string) (resources.Object, *resources.Kind, error) {
 	group, version, _ := strings.Cut(apiVersion, "/")
 	if version == "" { // core group: "v1"
 		group, version = "", group
 	}
-	switch group {
-	case groupGateway:
-		switch {
-		case kind == "ReferenceGrant" && (version == "v1" || version == "v1beta1"):
-			// v1beta1.ReferenceGrant is defined as the v1 type: same schema.
-			return &gwv1.ReferenceGrant{}, true, nil
-		case version != "v1":
-			return nil, false, fmt.Errorf("apiVersion %s: unsupported version for %s, use %s/v1", apiVersion, kind, groupGateway)
-		}
-		switch kind {
-		case "GatewayClass":
-			return &gwv1.GatewayClass{}, false, nil
-		case "Gateway":
-			return &gwv1.Gateway{}, true, nil
-		case "TLSRoute":
-			return &gwv1.TLSRoute{}, true, nil
-		case "TCPRoute":
-			return &gwv1.TCPRoute{}, true, nil
-		case "HTTPRoute":
-			return &gwv1.HTTPRoute{}, true, nil
-		}
-	case "":
-		if version != "v1" {
-			break
-		}
-		switch kind {
-		case "Service":
-			return &corev1.Service{}, true, nil
-		case "Secret":
-			return &corev1.Secret{}, true, nil
-		case "Namespace":
-			return &corev1.Namespace{}, false, nil
-		}
-	case groupDiscovery:
-		if version == "v1" && kind == "EndpointSlice" {
-			return &discoveryv1.EndpointSlice{}, true, nil
+	if k := resources.KindOf(group, kind); k != nil && slices.Contains(k.Versions, version) {
+		return k.New(), k, nil
+	}
+	// A Gateway API version snigate does not read: name the version to use (users meet
+	// this moving from v1alpha2 and v1beta1). Other groups get the list of kinds.
+	if group == gwv1.GroupName {
+		for _, k := range resources.Kinds {
+			if k.Group != group || slices.Contains(k.Versions, version) {
+				continue
+			}
+			if own := resources.KindOf(group, kind); own != nil {
+				k = *own
+			}
+			return nil, nil, fmt.Errorf("apiVersion %s: unsupported version for %s, use %s/%s", apiVersion, kind, group, k.Versions[0])
 		}
 	}
-	return nil, false, fmt.Errorf("unsupported kind %s %s (snigate reads GatewayClass, Gateway, TLSRoute, TCPRoute, HTTPRoute, ReferenceGrant, Service, Secret, Namespace, EndpointSlice)", apiVersion, kind)
+	return nil, nil, fmt.Errorf("unsupported kind %s %s (snigate reads %s)", apiVersion, kind, strings.Join(resources.KindNames(), ", "))
 }
 
 // mergeStringData folds stringData into data the way the API server does on write:

@@ -1,7 +1,7 @@
 // Package kubernetes is snigate's cluster source: a controller-runtime manager that watches
-// the Gateway API and core objects snigate routes from, runs the same translate stage as
-// standalone mode on a complete view of the cluster, writes every object's status, and hands
-// the snapshot to a local proxy.
+// the Gateway API and core objects snigate routes from, hands a complete view of the cluster
+// to the same runner as standalone mode (package pipeline: translate, apply, metrics), and
+// writes every object's status.
 //
 //	c, err := kubernetes.New(kubernetes.Config{REST: cfg, Apply: p.Apply, Gateway: "infra/edge"})
 //	if err != nil { ... }
@@ -9,12 +9,11 @@
 //
 // # How it runs
 //
-//  1. Every watched kind (GatewayClass, Gateway, TLSRoute, TCPRoute, HTTPRoute,
-//     ReferenceGrant, Service, EndpointSlice, Secret, Namespace) feeds one informer cache.
-//     Any change enqueues the same single key, so a burst of changes makes one translation.
-//  2. The reconciler lists everything from the cache into resources.Resources and calls
-//     translate.Translate with RequireGatewayClass (a cluster is a complete view: a Gateway
-//     whose class is missing is not ours).
+//  1. Every kind of resources.Kinds feeds one informer cache. Any change enqueues the same
+//     single key, so a burst of changes makes one translation.
+//  2. The reconciler lists everything from the cache into resources.Resources and hands it
+//     to the pipeline, which translates with RequireGatewayClass (a cluster is a complete
+//     view: a Gateway whose class is missing is not ours).
 //  3. The snapshot goes to Config.Apply, on every replica (they all serve). With
 //     Config.Gateway set, the snapshot holds that Gateway only (one data plane per Gateway).
 //  4. The status goes to the status writer (status.go): one goroutine, on the elected leader
@@ -34,13 +33,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -60,7 +57,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/snigate/snigate/internal/admin"
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/pipeline"
 	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
@@ -88,6 +86,9 @@ type Config struct {
 	// Apply receives every new snapshot (on every replica). An error is logged and the
 	// translation retried with backoff. Nil: status only.
 	Apply func(*snapshot.Snapshot) error
+	// Metrics receives the pipeline's generation, route and load counters (nil: a private
+	// set, as in tests).
+	Metrics *metrics.Metrics
 	// LeaderElection elects one replica to write status; the others translate and serve.
 	// Off, this process writes status unconditionally.
 	LeaderElection bool
@@ -112,21 +113,22 @@ type Config struct {
 
 // Controller is a running (or runnable) cluster source.
 type Controller struct {
-	cfg     Config
-	log     *slog.Logger
-	mgr     manager.Manager
-	writer  *statusWriter
-	gateway types.NamespacedName
-	local   *localAddresses // nil without Config.LocalAddresses
+	cfg    Config
+	log    *slog.Logger
+	mgr    manager.Manager
+	writer *statusWriter
+	pipe   *pipeline.Runner
+	local  *localAddresses // nil without Config.LocalAddresses
 
 	// With Config.ReadOnly: the watchdog that switches to direct reads after an API server
 	// outage, and the uncached reader it switches to (recovery.go).
 	recovery *recovery
 	direct   client.Reader
 
-	mu         sync.Mutex
-	generation uint64
-	state      admin.State
+	// The Gateways and Services of the translation in progress, for provision.SetAddresses
+	// (reconciles run one at a time).
+	lastGateways []*gwv1.Gateway
+	lastServices []*corev1.Service
 }
 
 // Scheme returns the types the controller reads and writes.
@@ -158,13 +160,6 @@ func New(cfg Config) (*Controller, error) {
 		cfg.LeaderElectionID = DefaultLeaderElectionID
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger}
-	if cfg.Gateway != "" {
-		ns, name, ok := strings.Cut(cfg.Gateway, "/")
-		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			return nil, fmt.Errorf("kubernetes: Gateway %q: want namespace/name", cfg.Gateway)
-		}
-		c.gateway = types.NamespacedName{Namespace: ns, Name: name}
-	}
 	if cfg.LocalAddresses.IsValid() {
 		l, err := newLocalAddresses(cfg.LocalAddresses)
 		if err != nil {
@@ -209,11 +204,33 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("kubernetes: manager: %w", err)
 	}
 	c.mgr = mgr
+	pc := pipeline.Config{
+		Apply: cfg.Apply, Metrics: cfg.Metrics, Logger: cfg.Logger, Gateway: cfg.Gateway,
+		Translate: translate.Options{
+			ControllerName:      cfg.ControllerName,
+			DefaultBindAddress:  cfg.DefaultBindAddress,
+			RequireGatewayClass: true,
+		},
+	}
 	if !cfg.ReadOnly {
 		c.writer = newStatusWriter(mgr.GetClient(), mgr.GetAPIReader(), cfg.ControllerName, cfg.Logger.With("component", "status-writer"))
 		if err := mgr.Add(c.writer); err != nil {
 			return nil, err
 		}
+		pc.Publish = c.writer.Publish
+	}
+	if cfg.Provision != nil {
+		// Each Gateway's status.addresses come from its provisioned Service.
+		publish := pc.Publish
+		pc.Publish = func(st *translate.Status) {
+			provision.SetAddresses(st, c.lastGateways, c.lastServices)
+			if publish != nil {
+				publish(st)
+			}
+		}
+	}
+	if c.pipe, err = pipeline.New(pc); err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	if p := cfg.Provision; p != nil {
 		o := *p
@@ -248,17 +265,14 @@ func New(cfg Config) (*Controller, error) {
 			// Names only label metrics, which snigate turns off; a process may hold several
 			// (a test runs the controller and a data plane side by side).
 			SkipNameValidation: ptr.To(true),
-		}).
-		Watches(&gwv1.GatewayClass{}, all, spec).
-		Watches(&gwv1.Gateway{}, all, spec).
-		Watches(&gwv1.TLSRoute{}, all, spec).
-		Watches(&gwv1.TCPRoute{}, all, spec).
-		Watches(&gwv1.HTTPRoute{}, all, spec).
-		Watches(&gwv1.ReferenceGrant{}, all, spec).
-		Watches(&corev1.Service{}, all).
-		Watches(&discoveryv1.EndpointSlice{}, all).
-		Watches(&corev1.Secret{}, all).
-		Watches(&corev1.Namespace{}, all)
+		})
+	for _, k := range resources.Kinds {
+		if k.OwnStatus {
+			b = b.Watches(k.New(), all, spec)
+		} else {
+			b = b.Watches(k.New(), all)
+		}
+	}
 	if cfg.ReadOnly {
 		// A data plane must pick up changes within a second of the API server's return,
 		// sooner than client-go's watch retry backoff allows (recovery.go).
@@ -297,74 +311,34 @@ func (c *Controller) StatusWrites() int64 {
 	return c.writer.writes.Load()
 }
 
-// State returns what the admin server shows.
-func (c *Controller) State() admin.State {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state
-}
+// Runner is the pipeline this controller feeds: its State is what the admin server shows.
+func (c *Controller) Runner() *pipeline.Runner { return c.pipe }
 
 func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	res, err := c.load(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	opts := translate.Options{
-		ControllerName:      c.cfg.ControllerName,
-		DefaultBindAddress:  c.cfg.DefaultBindAddress,
-		RequireGatewayClass: true,
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.local != nil {
 		res = c.local.assign(res)
 	}
-	opts.Generation = c.generation + 1
-	out := translate.Translate(res, opts)
-	if len(out.Errors) > 0 {
-		err := errors.Join(out.Errors...)
-		c.state.LastError = err.Error()
-		c.log.Error("cluster state rejected by translate; keeping the previous snapshot and status", "error", err)
-		return reconcile.Result{}, nil // retrying the same input cannot help; the next change will
-	}
-	if c.cfg.Provision != nil {
-		provision.SetAddresses(out.Status, res.Gateways, res.Services)
-	}
-	if c.writer != nil {
-		c.writer.Publish(out.Status)
-	}
-
-	snap := out.Snapshot
-	if c.gateway.Name != "" {
-		snap = translate.Translate(onlyGateway(res, c.gateway), opts).Snapshot
-	}
-	if c.cfg.Apply != nil {
-		if err := c.cfg.Apply(snap); err != nil {
-			c.state.LastError = err.Error()
-			return reconcile.Result{}, fmt.Errorf("applying snapshot: %w", err)
+	c.lastGateways, c.lastServices = res.Gateways, res.Services
+	err = c.pipe.Run(res)
+	var invalid *pipeline.InputError
+	switch {
+	case errors.As(err, &invalid):
+		if c.pipe.Generation() == 0 {
+			c.log.Error("cluster state rejected by translate; nothing served yet", "error", err)
 		}
+		return reconcile.Result{}, nil // retrying the same input cannot help; the next change will
+	case err != nil:
+		return reconcile.Result{}, err // retried with backoff
 	}
-	c.generation = opts.Generation
-	c.state = admin.State{Ready: true, Generation: c.generation, Status: out.Status, Table: snap.Describe()}
-	c.log.Debug("translated", "generation", c.generation, "ports", len(snap.Ports))
 	return reconcile.Result{}, nil
 }
 
-// onlyGateway is res with one Gateway left: that Gateway's data plane serves nothing else,
-// and no other Gateway's claim on a port can take the port from it.
-func onlyGateway(res *resources.Resources, gw types.NamespacedName) *resources.Resources {
-	out := *res
-	out.Gateways = nil
-	for _, g := range res.Gateways {
-		if g.Namespace == gw.Namespace && g.Name == gw.Name {
-			out.Gateways = append(out.Gateways, g)
-		}
-	}
-	return &out
-}
-
-// load lists every watched kind from the informer cache, or from the API server itself
-// while the recovery watchdog says the cache may lag behind (recovery.go).
+// load lists every kind from the informer cache, or from the API server itself while the
+// recovery watchdog says the cache may lag behind (recovery.go).
 func (c *Controller) load(ctx context.Context) (*resources.Resources, error) {
 	var cl client.Reader = c.mgr.GetClient()
 	if c.recovery != nil && c.recovery.direct() {
@@ -374,33 +348,15 @@ func (c *Controller) load(ctx context.Context) (*resources.Resources, error) {
 		defer cancel()
 	}
 	res := &resources.Resources{}
-	var (
-		gcs   gwv1.GatewayClassList
-		gws   gwv1.GatewayList
-		tls   gwv1.TLSRouteList
-		tcp   gwv1.TCPRouteList
-		http  gwv1.HTTPRouteList
-		rgs   gwv1.ReferenceGrantList
-		svcs  corev1.ServiceList
-		eps   discoveryv1.EndpointSliceList
-		secs  corev1.SecretList
-		nss   corev1.NamespaceList
-		lists = []client.ObjectList{&gcs, &gws, &tls, &tcp, &http, &rgs, &svcs, &eps, &secs, &nss}
-	)
-	for _, l := range lists {
-		if err := cl.List(ctx, l); err != nil {
-			return nil, fmt.Errorf("listing %T: %w", l, err)
+	for i := range resources.Kinds {
+		k := &resources.Kinds[i]
+		list := k.NewList()
+		if err := cl.List(ctx, list); err != nil {
+			return nil, fmt.Errorf("listing %ss: %w", k.Name, err)
+		}
+		if err := k.SetList(res, list); err != nil {
+			return nil, err
 		}
 	}
-	res.GatewayClasses = ptrs(gcs.Items)
-	res.Gateways = ptrs(gws.Items)
-	res.TLSRoutes = ptrs(tls.Items)
-	res.TCPRoutes = ptrs(tcp.Items)
-	res.HTTPRoutes = ptrs(http.Items)
-	res.ReferenceGrants = ptrs(rgs.Items)
-	res.Services = ptrs(svcs.Items)
-	res.EndpointSlices = ptrs(eps.Items)
-	res.Secrets = ptrs(secs.Items)
-	res.Namespaces = ptrs(nss.Items)
 	return res, nil
 }

@@ -285,8 +285,8 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 			}
 			return nil
 		})
-		if c.State().Status == nil || !c.State().Ready {
-			t.Errorf("admin state not ready: %+v", c.State())
+		if c.Runner().State().Status == nil || !c.Runner().State().Ready {
+			t.Errorf("admin state not ready: %+v", c.Runner().State())
 		}
 	})
 
@@ -296,7 +296,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 		quiesce(t, c)
 		before := versions(t, cl)
 		writes := c.StatusWrites()
-		gen, passes := c.State().Generation, c.writer.passes.Load()
+		gen, passes := c.Runner().State().Generation, c.writer.passes.Load()
 		if err := cl.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unrelated"},
 			StringData: map[string]string{"a": "b"},
@@ -304,7 +304,7 @@ func TestControllerOnRealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		kubetest.Eventually(t, timeout, "a new translation and status pass", func() error {
-			if c.State().Generation <= gen || c.writer.passes.Load() <= passes {
+			if c.Runner().State().Generation <= gen || c.writer.passes.Load() <= passes {
 				return errors.New("waiting")
 			}
 			return nil
@@ -442,7 +442,7 @@ func quiesce(t *testing.T, c *Controller) {
 	last := [2]int64{-1, -1}
 	stable := 0
 	for i := 0; i < 100 && stable < 10; i++ {
-		now := [2]int64{int64(c.State().Generation), c.writer.passes.Load()}
+		now := [2]int64{int64(c.Runner().State().Generation), c.writer.passes.Load()}
 		if now == last {
 			stable++
 		} else {

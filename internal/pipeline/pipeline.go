@@ -1,0 +1,228 @@
+// Package pipeline is snigate's one runner, shared by standalone mode (files) and cluster
+// mode (an API server): it takes each new set of resources through translate, applies the
+// snapshot to the data plane, publishes the status, and keeps what the admin endpoints and
+// the metrics show, so that the two modes cannot drift.
+//
+//	r := pipeline.New(pipeline.Config{Apply: p.Apply, Metrics: m, Logger: log})
+//	err := r.Run(res)        // on every change the source sees
+//	srv := admin.New(m, r.State)
+//
+// What Run does, in order:
+//
+//  1. translate.Translate(res) with a Memo carried from one Run to the next (a change of one
+//     route among 100 000 hostnames translates that route alone). With Config.Gateway set,
+//     a second translation (with a memo of its own) of that Gateway alone gives the snapshot
+//     to serve, while the status still covers every Gateway.
+//  2. If translate rejects the input as a whole, nothing changes: the previous snapshot keeps
+//     serving, the error is returned as an *InputError (retrying the same input cannot help),
+//     recorded as State.LastError and counted as snigate_config_loads_total{result="rejected"}.
+//  3. Config.Publish receives the status (the cluster's status writer); then Config.Apply the
+//     snapshot. A failed Apply (a port that cannot be bound) is an error naming the Gateway,
+//     its file when known, and the listener; the previous snapshot stays.
+//  4. On success the generation moves: snigate_config_generation, snigate_route_hostnames and
+//     snigate_config_loads_total{result="applied"} are updated, and State shows the new
+//     status. The routing table in State is described only when State is read: at 100 000
+//     routes the description alone takes about 100 ms, too much for every change.
+//
+// Run is safe to call from several goroutines; calls are serialised. State never waits for a
+// Run in progress.
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/snigate/snigate/internal/admin"
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// Apply receives every new snapshot (the data plane's proxy.Apply). Nil: status only.
+	Apply func(*snapshot.Snapshot) error
+	// Publish receives the status of every accepted translation, before Apply (the
+	// cluster's status writer). Nil: status is only kept for State.
+	Publish func(*translate.Status)
+	// Metrics receives the generation, route and load counters. Nil: a private set.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// Translate is passed to every translation (Generation and Memo are the runner's).
+	Translate translate.Options
+	// Gateway ("namespace/name"), when set, limits the snapshot given to Apply to that
+	// Gateway: its data plane serves nothing else, and no other Gateway's claim on a port
+	// can take the port from it. Status still covers every Gateway.
+	Gateway string
+}
+
+// InputError is an input that translate rejected as a whole. Nothing changed; retrying the
+// same input cannot help.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// Runner runs resources through translate to the data plane and the status.
+type Runner struct {
+	cfg     Config
+	log     *slog.Logger
+	gateway [2]string // namespace, name; empty without Config.Gateway
+
+	mu         sync.Mutex // serialises Run
+	generation uint64
+	memo       translate.Memo // the full translation's
+	gwMemo     translate.Memo // the one-Gateway translation's
+
+	// stateMu guards what State reads alone, so /status and /readyz answer at once while a
+	// long Run (100 000 routes take about a second) goes on.
+	stateMu sync.Mutex
+	state   admin.State
+	snap    *snapshot.Snapshot    // serving snapshot, described lazily into table
+	table   *snapshot.Description // nil until State asks
+}
+
+// New returns a runner; nothing runs until Run. It fails only on a malformed Config.Gateway.
+func New(cfg Config) (*Runner, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	r := &Runner{cfg: cfg, log: cfg.Logger}
+	if cfg.Gateway != "" {
+		ns, name, ok := strings.Cut(cfg.Gateway, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("gateway %q: want namespace/name", cfg.Gateway)
+		}
+		r.gateway = [2]string{ns, name}
+	}
+	return r, nil
+}
+
+// State returns what the admin server shows.
+func (r *Runner) State() admin.State {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	if r.snap != nil && r.table == nil {
+		d := r.snap.Describe()
+		r.table = &d
+	}
+	st := r.state
+	if r.table != nil {
+		st.Table = r.table
+	}
+	return st
+}
+
+// Generation is the generation of the serving snapshot (0 before the first Run applied).
+func (r *Runner) Generation() uint64 {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	return r.state.Generation
+}
+
+// Run translates res and applies the result. On error the running configuration is
+// unchanged; an *InputError says the input itself was rejected. res must follow the
+// contract of package resources: nothing may change its objects afterwards.
+func (r *Runner) Run(res *resources.Resources) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.run(res); err != nil {
+		return r.rejected(err)
+	}
+	r.cfg.Metrics.Reloads.WithLabelValues("applied").Inc()
+	return nil
+}
+
+// Reject records an error of the source itself (a file that cannot be read or decoded)
+// exactly like a rejected translation: counted, shown in State, logged once serving. It
+// returns err.
+func (r *Runner) Reject(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rejected(err)
+}
+
+// rejected counts, records and logs a rejected configuration; r.mu is held.
+func (r *Runner) rejected(err error) error {
+	r.cfg.Metrics.Reloads.WithLabelValues("rejected").Inc()
+	r.stateMu.Lock()
+	r.state.LastError = err.Error()
+	ready, gen := r.state.Ready, r.state.Generation
+	r.stateMu.Unlock()
+	// Before the first configuration the caller reports the error (serve exits with it).
+	if ready {
+		r.log.Error("configuration rejected; still serving the previous one", "generation", gen, "error", err)
+	}
+	return err
+}
+
+func (r *Runner) run(res *resources.Resources) error {
+	opts := r.cfg.Translate
+	opts.Generation = r.generation + 1
+	opts.Memo = &r.memo
+	out := translate.Translate(res, opts)
+	if len(out.Errors) > 0 {
+		return &InputError{Err: errors.Join(out.Errors...)}
+	}
+	if r.cfg.Publish != nil {
+		r.cfg.Publish(out.Status)
+	}
+	snap := out.Snapshot
+	if r.gateway[1] != "" {
+		opts.Memo = &r.gwMemo
+		snap = translate.Translate(onlyGateway(res, r.gateway), opts).Snapshot
+	}
+	if r.cfg.Apply != nil {
+		if err := r.cfg.Apply(snap); err != nil {
+			var be *proxy.BindError
+			if errors.As(err, &be) {
+				return bindError(res.Origins, be)
+			}
+			return fmt.Errorf("applying the snapshot: %w", err)
+		}
+	}
+	r.generation = opts.Generation
+	routes := snap.RouteHostnames()
+	r.cfg.Metrics.Generation.Set(float64(r.generation))
+	r.cfg.Metrics.Routes.Set(float64(routes))
+	r.stateMu.Lock()
+	r.state = admin.State{Ready: true, Generation: r.generation, Status: out.Status}
+	r.snap, r.table = snap, nil
+	r.stateMu.Unlock()
+	r.log.Info("configuration applied", "generation", r.generation, "ports", len(snap.Ports),
+		"routeHostnames", routes)
+	return nil
+}
+
+// onlyGateway is res with one Gateway left.
+func onlyGateway(res *resources.Resources, gw [2]string) *resources.Resources {
+	out := *res
+	out.Gateways = nil
+	for _, g := range res.Gateways {
+		if g.Namespace == gw[0] && g.Name == gw[1] {
+			out.Gateways = append(out.Gateways, g)
+		}
+	}
+	return &out
+}
+
+// bindError names the file and field of a listener whose port cannot be bound.
+func bindError(origins map[string]string, be *proxy.BindError) error {
+	parts := strings.SplitN(be.Listener, "/", 3)
+	if len(parts) != 3 {
+		return be
+	}
+	where := "Gateway " + parts[0] + "/" + parts[1]
+	if o := origins[resources.OriginKey("Gateway", parts[0], parts[1])]; o != "" {
+		where = resources.DescribeOrigin(o) + " (" + where + ")"
+	}
+	return fmt.Errorf("%s: spec.listeners[name=%s].port: cannot bind %s: %w", where, parts[2], be.Address, be.Err)
+}

@@ -1,0 +1,202 @@
+package pipeline
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/source/file"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+const twoGateways = `
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: apps}
+spec:
+  gatewayClassName: snigate
+  listeners:
+  - {name: tls, protocol: TLS, port: 8443, hostname: "*.example.test", tls: {mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: other, namespace: apps}
+spec:
+  gatewayClassName: snigate
+  listeners:
+  - {name: tls, protocol: TLS, port: 9443, hostname: "*.other.test", tls: {mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: a, namespace: apps}
+spec:
+  parentRefs: [{name: edge}, {name: other}]
+  hostnames: [a.example.test, a.other.test]
+  rules: [{backendRefs: [{name: a, port: 443}]}]
+`
+
+const invalid = `
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: apps}
+spec:
+  gatewayClassName: snigate
+  listeners:
+  - {name: tls, protocol: TLS, port: 0, tls: {mode: Passthrough}}
+`
+
+func decode(t *testing.T, yaml string) *resources.Resources {
+	t.Helper()
+	res, err := file.Decode("in.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// recorder is the data plane and the status writer of a test.
+type recorder struct {
+	applied   []*snapshot.Snapshot
+	published []*translate.Status
+	order     []string
+	fail      error
+}
+
+func (r *recorder) apply(s *snapshot.Snapshot) error {
+	r.order = append(r.order, "apply")
+	if r.fail != nil {
+		return r.fail
+	}
+	r.applied = append(r.applied, s)
+	return nil
+}
+
+func (r *recorder) publish(st *translate.Status) {
+	r.order = append(r.order, "publish")
+	r.published = append(r.published, st)
+}
+
+func newRunner(t *testing.T, rec *recorder, gateway string) (*Runner, *metrics.Metrics) {
+	t.Helper()
+	m := metrics.New()
+	r, err := New(Config{Apply: rec.apply, Publish: rec.publish, Metrics: m, Gateway: gateway,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, m
+}
+
+func TestRunAppliesAndCounts(t *testing.T) {
+	rec := &recorder{}
+	r, m := newRunner(t, rec, "")
+	if st := r.State(); st.Ready || st.Generation != 0 {
+		t.Fatalf("state before the first run: %+v", st)
+	}
+	if err := r.Run(decode(t, twoGateways)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rec.order, ",") != "publish,apply" {
+		t.Errorf("order %v, want the status published before the snapshot is applied", rec.order)
+	}
+	if got := len(rec.applied[0].Ports); got != 2 {
+		t.Errorf("snapshot has %d ports, want both Gateways' 2", got)
+	}
+	if r.table != nil {
+		t.Error("the table was described before anyone asked")
+	}
+	st := r.State()
+	if !st.Ready || st.Generation != 1 || st.Status == nil || st.Table == nil || st.LastError != "" {
+		t.Errorf("state after the first run: %+v", st)
+	}
+	if err := r.Run(decode(t, twoGateways)); err != nil {
+		t.Fatal(err)
+	}
+	if g := testutil.ToFloat64(m.Generation); g != 2 {
+		t.Errorf("snigate_config_generation %v, want 2", g)
+	}
+	if n := testutil.ToFloat64(m.Routes); n != 2 {
+		t.Errorf("snigate_route_hostnames %v, want 2", n)
+	}
+	if n := testutil.ToFloat64(m.Reloads.WithLabelValues("applied")); n != 2 {
+		t.Errorf(`snigate_config_loads_total{result="applied"} %v, want 2`, n)
+	}
+}
+
+// A rejected input changes nothing but the error shown and the rejected count.
+func TestRunKeepsTheLastGoodConfiguration(t *testing.T) {
+	rec := &recorder{}
+	r, m := newRunner(t, rec, "")
+	if err := r.Run(decode(t, twoGateways)); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Run(decode(t, invalid))
+	var ie *InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "spec.listeners[0].port") {
+		t.Fatalf("error %v, want an *InputError naming the field", err)
+	}
+	if len(rec.applied) != 1 || len(rec.published) != 1 {
+		t.Errorf("a rejected input was applied (%d) or published (%d)", len(rec.applied), len(rec.published))
+	}
+	st := r.State()
+	if !st.Ready || st.Generation != 1 || !strings.Contains(st.LastError, "port 0") {
+		t.Errorf("state after a rejected run: generation %d, error %q", st.Generation, st.LastError)
+	}
+	if n := testutil.ToFloat64(m.Reloads.WithLabelValues("rejected")); n != 1 {
+		t.Errorf(`snigate_config_loads_total{result="rejected"} %v, want 1`, n)
+	}
+	if g := testutil.ToFloat64(m.Generation); g != 1 {
+		t.Errorf("snigate_config_generation moved to %v on a rejected input", g)
+	}
+
+	// A failed Apply names the Gateway's file, the listener and the address.
+	rec.fail = &proxy.BindError{Address: "127.0.0.1:8443", Listener: "apps/edge/tls", Err: syscall.EADDRINUSE}
+	err = r.Run(decode(t, twoGateways))
+	if err == nil || errors.As(err, &ie) ||
+		!strings.Contains(err.Error(), "in.yaml: document 1 (Gateway apps/edge): spec.listeners[name=tls].port: cannot bind 127.0.0.1:8443") {
+		t.Fatalf("error %v, want one naming file, Gateway, listener and address", err)
+	}
+	if r.State().Generation != 1 {
+		t.Error("a failed Apply moved the generation")
+	}
+
+	// A source error counts the same.
+	if err := r.Reject(errors.New("bad.yaml: document 1: invalid YAML")); err == nil || r.State().LastError != err.Error() {
+		t.Errorf("Reject: %v, state error %q", err, r.State().LastError)
+	}
+	if n := testutil.ToFloat64(m.Reloads.WithLabelValues("rejected")); n != 3 {
+		t.Errorf(`snigate_config_loads_total{result="rejected"} %v, want 3`, n)
+	}
+}
+
+// With Config.Gateway the data plane serves that Gateway alone, while the status covers all.
+func TestRunOneGateway(t *testing.T) {
+	rec := &recorder{}
+	r, _ := newRunner(t, rec, "apps/edge")
+	for range 2 { // the second run goes through both memos
+		if err := r.Run(decode(t, twoGateways)); err != nil {
+			t.Fatal(err)
+		}
+		snap := rec.applied[len(rec.applied)-1]
+		if len(snap.Ports) != 1 || snap.Port("0.0.0.0:8443") == nil {
+			t.Errorf("snapshot ports %v, want edge's 0.0.0.0:8443 alone", snap.Ports)
+		}
+		if n := len(rec.published[len(rec.published)-1].Gateways); n != 2 {
+			t.Errorf("status of %d Gateways, want 2", n)
+		}
+	}
+	for _, bad := range []string{"edge", "apps/", "/edge", "a/b/c"} {
+		if _, err := New(Config{Gateway: bad}); err == nil {
+			t.Errorf("Gateway %q accepted", bad)
+		}
+	}
+}
