@@ -1,0 +1,148 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// The Go twin of the CRD's schema and CEL rules, for standalone mode where no API server
+// checks the files. Each rule below carries the CRD's message; TestValidationAgreesWithCRD
+// runs one table of cases through the real API server and through these functions and fails
+// when they disagree. Rules CEL cannot afford (hostname overlap between entries, the
+// assembled listener total) are the render stage's, not here.
+
+var (
+	labelRE     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	subdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	hostnameRE  = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// Default applies the CRD's defaults, as the API server does on create.
+func (t *TenantGateway) Default() {
+	if t.Spec.GatewayClassName == "" {
+		t.Spec.GatewayClassName = "snigate"
+	}
+	if t.Spec.Certificates.Mode == "" {
+		t.Spec.Certificates.Mode = CertificatesHTTP01
+	}
+}
+
+// Validate checks a defaulted TenantGateway against the CRD's rules.
+func (t *TenantGateway) Validate() field.ErrorList {
+	var errs field.ErrorList
+	s := &t.Spec
+	p := field.NewPath("spec")
+	errs = append(errs, pattern(p.Child("apex"), s.Apex, 253, subdomainRE)...)
+	if n := len(s.GatewayClassName); n == 0 || n > 253 {
+		errs = append(errs, field.Invalid(p.Child("gatewayClassName"), s.GatewayClassName, "must be 1-253 characters"))
+	}
+	errs = append(errs, s.Certificates.validate(p.Child("certificates"))...)
+
+	errs = append(errs, set(p.Child("tlsPassthroughServices"), s.TLSPassthroughServices, 59)...)
+	errs = append(errs, set(p.Child("attachedNamespaces"), s.AttachedNamespaces, 63)...)
+
+	lp := p.Child("tlsPassthroughListeners")
+	if len(s.TLSPassthroughListeners) > 64 {
+		errs = append(errs, field.TooMany(lp, len(s.TLSPassthroughListeners), 64))
+	}
+	names := map[string]bool{}
+	ports := map[int32]int{}
+	for i, l := range s.TLSPassthroughListeners {
+		ip := lp.Index(i)
+		errs = append(errs, pattern(ip.Child("name"), l.Name, 59, labelRE)...)
+		if names[l.Name] {
+			errs = append(errs, field.Duplicate(ip.Child("name"), l.Name))
+		}
+		names[l.Name] = true
+		switch {
+		case l.Port < 1 || l.Port > 65535:
+			errs = append(errs, field.Invalid(ip.Child("port"), l.Port, "must be 1-65535"))
+		case l.Port == 80 || l.Port == 443:
+			errs = append(errs, field.Invalid(ip.Child("port"), l.Port, "ports 80 and 443 are the gateway's http and https ports"))
+		}
+		ports[l.Port]++
+		errs = append(errs, pattern(ip.Child("hostname"), l.Hostname, 253, hostnameRE)...)
+	}
+	var clash, shared, outside []string
+	for _, l := range s.TLSPassthroughListeners {
+		for _, svc := range s.TLSPassthroughServices {
+			if l.Name == svc {
+				clash = append(clash, l.Name)
+			}
+		}
+		if ports[l.Port] > 1 {
+			shared = append(shared, fmt.Sprintf("%s (%d)", l.Name, l.Port))
+		}
+		if l.Hostname != s.Apex && !strings.HasSuffix(l.Hostname, "."+s.Apex) {
+			outside = append(outside, l.Hostname)
+		}
+	}
+	if len(clash) > 0 {
+		errs = append(errs, field.Invalid(lp, strings.Join(clash, ", "), "tlsPassthroughListeners[].name must differ from every tlsPassthroughServices entry: both render a listener named tls-<name>"))
+	}
+	if len(shared) > 0 {
+		errs = append(errs, field.Invalid(lp, strings.Join(shared, ", "), "tlsPassthroughListeners[].port must be unique"))
+	}
+	if len(outside) > 0 {
+		errs = append(errs, field.Invalid(lp, strings.Join(outside, ", "), "tlsPassthroughListeners[].hostname must be the apex or a name under it"))
+	}
+	return errs
+}
+
+func (c *Certificates) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch c.Mode {
+	case CertificatesHTTP01, CertificatesDNS01, CertificatesExistingSecret:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("mode"), c.Mode, []string{"http01", "dns01", "existingSecret"}))
+	}
+	if c.Mode == CertificatesExistingSecret && c.WildcardSecretRef == nil {
+		errs = append(errs, field.Required(p.Child("wildcardSecretRef"), "wildcardSecretRef is required with mode existingSecret"))
+	}
+	if c.WildcardSecretRef != nil && (len(c.WildcardSecretRef.Name) == 0 || len(c.WildcardSecretRef.Name) > 253) {
+		errs = append(errs, field.Invalid(p.Child("wildcardSecretRef", "name"), c.WildcardSecretRef.Name, "must be 1-253 characters"))
+	}
+	if c.Mode == CertificatesDNS01 && c.DNS01 == nil && c.IssuerRef == nil {
+		errs = append(errs, field.Required(p.Child("dns01"), "mode dns01 needs dns01 (a solver) or issuerRef (an issuer that has one)"))
+	}
+	if c.ACME != nil && c.IssuerRef != nil {
+		errs = append(errs, field.Invalid(p.Child("acme"), c.ACME.Server, "acme and issuerRef are exclusive: acme renders an Issuer, issuerRef names one"))
+	}
+	if c.ACME != nil && !strings.HasPrefix(c.ACME.Server, "https://") {
+		errs = append(errs, field.Invalid(p.Child("acme", "server"), c.ACME.Server, "must be an https:// URL"))
+	}
+	return errs
+}
+
+// pattern checks a required string's length and pattern.
+func pattern(p *field.Path, v string, max int, re *regexp.Regexp) field.ErrorList {
+	switch {
+	case v == "":
+		return field.ErrorList{field.Required(p, "")}
+	case len(v) > max:
+		return field.ErrorList{field.TooLong(p, v, max)}
+	case !re.MatchString(v):
+		return field.ErrorList{field.Invalid(p, v, "must match "+re.String())}
+	}
+	return nil
+}
+
+// set checks a list of DNS-1123 labels without duplicates, at most 64.
+func set(p *field.Path, vs []string, max int) field.ErrorList {
+	var errs field.ErrorList
+	if len(vs) > 64 {
+		errs = append(errs, field.TooMany(p, len(vs), 64))
+	}
+	seen := map[string]bool{}
+	for i, v := range vs {
+		errs = append(errs, pattern(p.Index(i), v, max, labelRE)...)
+		if seen[v] {
+			errs = append(errs, field.Duplicate(p.Index(i), v))
+		}
+		seen[v] = true
+	}
+	return errs
+}
