@@ -28,7 +28,11 @@
 //     file mode needs no GatewayClass), unless Options.RequireGatewayClass is set (Kubernetes).
 //   - Addresses: every spec.addresses entry of type IPAddress is bound (an empty value means
 //     Options.DefaultBindAddress); without any, DefaultBindAddress. Other address types make
-//     the Gateway Accepted=False/UnsupportedAddress.
+//     the Gateway Accepted=False/UnsupportedAddress. Status.addresses lists the bound
+//     addresses once a listener is programmed, or, with Options.ProvisionedAddresses (a cluster where internal/provision
+//     gives each Gateway a LoadBalancer Service), the load balancer's addresses of that
+//     Service; a Gateway with programmed listeners but no such address yet is
+//     Programmed=False/AddressNotAssigned.
 //   - Several Gateways on one port: a socket cannot serve two Gateways, so Gateways are not
 //     merged. The oldest Gateway (creationTimestamp, then namespace/name) keeps the port; a
 //     listener of a younger Gateway whose address and port overlap (0.0.0.0 and :: overlap

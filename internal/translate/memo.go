@@ -102,7 +102,8 @@ func (c memoContext) equal(o memoContext) bool {
 		slices.Equal(c.slices, o.slices) && slices.Equal(c.secrets, o.secrets) &&
 		slices.Equal(c.namespaces, o.namespaces) &&
 		c.opts.ControllerName == o.opts.ControllerName && c.opts.DefaultBindAddress == o.opts.DefaultBindAddress &&
-		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass
+		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass &&
+		c.opts.ProvisionedAddresses == o.opts.ProvisionedAddresses
 }
 
 // unvalidated returns the routes the memo has not seen pass validation.

@@ -226,14 +226,27 @@ func (t *translator) gatewayStatus(gw *gateway) gwv1.GatewayStatus {
 	default:
 		conds.set(string(gwv1.GatewayConditionAccepted), true, string(gwv1.GatewayReasonAccepted), "Gateway is accepted")
 	}
-	if programmed > 0 {
-		conds.set(string(gwv1.GatewayConditionProgrammed), true, string(gwv1.GatewayReasonProgrammed),
-			fmt.Sprintf("%d of %d listeners are programmed", programmed, len(gw.listeners)))
+	var svc nsName
+	switch {
+	case t.opts.ProvisionedAddresses:
+		// Clients reach a provisioned Gateway through its LoadBalancer Service, not at the
+		// addresses its data plane binds, whether or not a listener is programmed.
+		st.Addresses, svc = t.provisionedAddresses(gw)
+	case programmed > 0:
 		for _, a := range gw.addrs {
 			st.Addresses = append(st.Addresses, gwv1.GatewayStatusAddress{Type: ptr(gwv1.IPAddressType), Value: a.String()})
 		}
-	} else {
+	}
+	switch {
+	case programmed == 0:
 		conds.set(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonInvalid), "no listener is programmed")
+	case t.opts.ProvisionedAddresses && len(st.Addresses) == 0:
+		// No client can reach the Gateway yet: the Gateway API's AddressNotAssigned.
+		conds.set(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonAddressNotAssigned),
+			addressNotAssigned(svc))
+	default:
+		conds.set(string(gwv1.GatewayConditionProgrammed), true, string(gwv1.GatewayReasonProgrammed),
+			fmt.Sprintf("%d of %d listeners are programmed", programmed, len(gw.listeners)))
 	}
 	st.Conditions = conds.list
 	return st

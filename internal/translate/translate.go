@@ -72,6 +72,12 @@ type Options struct {
 	// ours (set it when the input is a complete view of a cluster). When false, a missing
 	// class is taken as ours, so files need no GatewayClass.
 	RequireGatewayClass bool
+	// ProvisionedAddresses takes each Gateway's status.addresses from the LoadBalancer
+	// Service provisioned for it (named ProvisionedName, controlled by the Gateway) instead
+	// of the addresses its listeners bind; until the load balancer has assigned one, a
+	// Gateway with programmed listeners is Programmed=False/AddressNotAssigned. Set it when
+	// internal/provision runs in the cluster the input comes from.
+	ProvisionedAddresses bool
 	// Memo, when set, carries work from one call to the next (see Memo).
 	Memo *Memo
 }

@@ -100,7 +100,8 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Provision, when set, makes the elected replica provision a data plane per Gateway of
 	// our classes (internal/provision: Deployment, LoadBalancer Service, ServiceAccount) and
-	// takes each Gateway's status.addresses from its Service (provision.SetAddresses).
+	// takes each Gateway's status.addresses from its Service
+	// (translate.Options.ProvisionedAddresses).
 	Provision *provision.Options
 	// ReadOnly runs no status writer and writes nothing: a provisioned data plane
 	// (`snigate dataplane`), which only watches and serves. LeaderElection is ignored.
@@ -313,6 +314,8 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		ControllerName:      c.cfg.ControllerName,
 		DefaultBindAddress:  c.cfg.DefaultBindAddress,
 		RequireGatewayClass: true,
+		// Provisioned Gateways are reached through their LoadBalancer Services.
+		ProvisionedAddresses: c.cfg.Provision != nil,
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -326,9 +329,6 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		c.state.LastError = err.Error()
 		c.log.Error("cluster state rejected by translate; keeping the previous snapshot and status", "error", err)
 		return reconcile.Result{}, nil // retrying the same input cannot help; the next change will
-	}
-	if c.cfg.Provision != nil {
-		provision.SetAddresses(out.Status, res.Gateways, res.Services)
 	}
 	if c.writer != nil {
 		c.writer.Publish(out.Status)
