@@ -1,5 +1,5 @@
 // Package provision gives every Gateway of snigate's classes its own data plane in the
-// cluster (issue 5), the way GEP-1762 ("in-cluster Gateway deployments") describes it:
+// cluster, the way GEP-1762 ("in-cluster Gateway deployments") describes it:
 //
 //	err := provision.Setup(mgr, provision.Options{Image: "registry/snigate:v1"})
 //

@@ -12,8 +12,8 @@ import (
 )
 
 // Memo carries work from one Translate to the next, so that a change of a few routes among
-// 100 000 hostnames does not translate them all again (issue 6: a one-route change within
-// 50 ms). Pass the same Memo in Options to successive calls; it is not safe for concurrent
+// 100 000 hostnames does not translate them all again: a one-route change must apply within
+// 50 ms (docs/performance.md, route scale). Pass the same Memo in Options to successive calls; it is not safe for concurrent
 // use. Translate with a Memo returns what it returns without one, except that the conditions
 // of a route taken from the memo keep the LastTransitionTime they were computed with:
 // nothing they depend on changed since.
