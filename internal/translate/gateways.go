@@ -17,6 +17,7 @@ import (
 
 // ---- GatewayClasses ----
 
+// gatewayClasses accepts every GatewayClass of our controllerName, in name order.
 func (t *translator) gatewayClasses() {
 	names := make([]string, 0, len(t.classes))
 	for n := range t.classes {
@@ -109,6 +110,7 @@ func (l *listener) name() string {
 	return l.gw.key.ns + "/" + l.gw.key.name + "/" + string(l.spec.Name)
 }
 
+// buildGateways builds our Gateways, oldest first: the order in which they claim ports.
 func (t *translator) buildGateways() {
 	gws := slices.Clone(t.in.Gateways)
 	slices.SortFunc(gws, func(a, b *gwv1.Gateway) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })

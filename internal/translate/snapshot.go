@@ -8,6 +8,8 @@ import (
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
+// snapshot is the routing table of every programmed listener of an accepted Gateway: one
+// snapshot.Port per bound address and port, shared by the listeners on it.
 func (t *translator) snapshot() *snapshot.Snapshot {
 	ports := map[string]*snapshot.Port{}
 	var list []*snapshot.Port

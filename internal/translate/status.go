@@ -111,6 +111,8 @@ func (c *conditions) set(typ string, ok bool, reason, msg string) {
 	})
 }
 
+// status is the status of our GatewayClasses, our Gateways and the routes with a parentRef
+// to one of them, each list sorted by namespace and name.
 func (t *translator) status() *Status {
 	s := &Status{GatewayClasses: t.classStats}
 	for _, gw := range t.gateways {

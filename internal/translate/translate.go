@@ -116,18 +116,20 @@ func Translate(in *resources.Resources, opts Options) *Result {
 	if err != nil {
 		return &Result{Errors: []error{fmt.Errorf("options: DefaultBindAddress %q is not an IP address", opts.DefaultBindAddress)}}
 	}
+	// What the CRDs would refuse rejects the whole input (validate.go).
 	errs := validate(in, opts.Memo)
 	opts.Memo.endValidation(in)
 	if len(errs) > 0 {
 		return &Result{Errors: errs}
 	}
 	t := newTranslator(in, opts, defaultAddr.Unmap())
-	t.gatewayClasses()
-	t.buildGateways()
-	t.claimPorts()
-	t.buildRoutes()
-	r := &Result{Snapshot: t.snapshot(), Status: t.status()}
-	t.saveMemo(r.Status)
+	t.gatewayClasses() // which classes are ours (gateways.go)
+	t.buildGateways()  // our Gateways and their listeners, oldest first (gateways.go)
+	t.claimPorts()     // the oldest Gateway on an address and port keeps it (gateways.go)
+	t.buildRoutes()    // routes attached to listeners, in precedence order (routes.go)
+
+	r := &Result{Snapshot: t.snapshot(), Status: t.status()} // snapshot.go, status.go
+	t.saveMemo(r.Status)                                     // for the next call (memo.go)
 	return r
 }
 
