@@ -10,7 +10,7 @@ import (
 )
 
 // check validates manifests without serving. It prints every object's status conditions and
-// the effective routing table (translate.WriteReport), then the problems, and returns exit
+// the effective routing table (writeReport), then the problems, and returns exit
 // code 1 when the input is rejected or any condition reports a problem.
 func check(args []string, out io.Writer) (int, error) {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
@@ -29,13 +29,13 @@ func check(args []string, out io.Writer) (int, error) {
 	}
 	r := translate.Translate(res, translate.Options{DefaultBindAddress: *bind, Generation: 1})
 	if len(r.Errors) == 0 {
-		if err := translate.WriteReport(out, res, r); err != nil {
+		if err := writeReport(out, res, r); err != nil {
 			return 1, err
 		}
 	}
-	if problems := r.Problems(); len(problems) > 0 {
-		fmt.Fprintf(out, "\n%d problem(s):\n", len(problems))
-		for _, p := range problems {
+	if list := problems(r); len(list) > 0 {
+		fmt.Fprintf(out, "\n%d problem(s):\n", len(list))
+		for _, p := range list {
 			fmt.Fprintln(out, "  -", p)
 		}
 		return 1, nil

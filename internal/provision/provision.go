@@ -1,5 +1,5 @@
 // Package provision gives every Gateway of snigate's classes its own data plane in the
-// cluster (issue 5), the way GEP-1762 ("in-cluster Gateway deployments") describes it:
+// cluster, the way GEP-1762 ("in-cluster Gateway deployments") describes it:
 //
 //	err := provision.Setup(mgr, provision.Options{Image: "registry/snigate:v1"})
 //
@@ -22,15 +22,14 @@
 // the Gateway removes its port from the Service, and fields that others own (the Service's
 // nodePorts and clusterIP, a Deployment's replicas scaled by nobody else) are left alone.
 //
-// Gateway status.addresses then comes from the Service's status.loadBalancer.ingress
-// (SetAddresses, called by the Kubernetes source after translate): until a load balancer
-// has assigned an address, the Gateway is Programmed=False with reason AddressNotAssigned.
+// Gateway status.addresses then comes from the Service's status.loadBalancer.ingress: the
+// Kubernetes source translates with translate.Options.ProvisionedAddresses, and until a load
+// balancer has assigned an address, the Gateway is Programmed=False with reason
+// AddressNotAssigned.
 package provision
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,9 +44,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/validation"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -125,17 +122,9 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
-// Name is the name of every object provisioned for gw: <gateway>-<class> (GEP-1762), or,
-// when that is no valid Service name (a DNS-1035 label of at most 63 characters),
-// snigate-<hash of gateway and class>.
-func Name(gw *gwv1.Gateway) string {
-	n := gw.Name + "-" + string(gw.Spec.GatewayClassName)
-	if len(validation.IsDNS1035Label(n)) == 0 {
-		return n
-	}
-	sum := sha256.Sum256([]byte(gw.Name + "/" + string(gw.Spec.GatewayClassName)))
-	return "snigate-" + hex.EncodeToString(sum[:])[:16]
-}
+// Name is the name of every object provisioned for gw: translate.ProvisionedName, under
+// which translate finds the Service whose load balancer addresses are the Gateway's.
+func Name(gw *gwv1.Gateway) string { return translate.ProvisionedName(gw) }
 
 // Replicas is the data plane replica count that gw asks for.
 func Replicas(gw *gwv1.Gateway) (int32, error) {
@@ -256,56 +245,6 @@ func Deployment(gw *gwv1.Gateway, image string, pull corev1.PullPolicy, replicas
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(objectLabels(gw)).WithAnnotations(objectAnnotations(gw)).
 				WithSpec(pod)))
-}
-
-// Addresses are the load balancer addresses of svc, in the order the load balancer lists them.
-func Addresses(svc *corev1.Service) []gwv1.GatewayStatusAddress {
-	var out []gwv1.GatewayStatusAddress
-	for _, in := range svc.Status.LoadBalancer.Ingress {
-		switch {
-		case in.IP != "":
-			out = append(out, gwv1.GatewayStatusAddress{Type: ptr(gwv1.IPAddressType), Value: in.IP})
-		case in.Hostname != "":
-			out = append(out, gwv1.GatewayStatusAddress{Type: ptr(gwv1.HostnameAddressType), Value: in.Hostname})
-		}
-	}
-	return out
-}
-
-// SetAddresses replaces the addresses that translate computed for each Gateway in st (the
-// local bind addresses, meaningless in a cluster) with its provisioned Service's load
-// balancer addresses. A Gateway that translate found Programmed but that has no address yet
-// becomes Programmed=False/AddressNotAssigned. gateways and services are the objects that
-// translate saw.
-func SetAddresses(st *translate.Status, gateways []*gwv1.Gateway, services []*corev1.Service) {
-	gws := map[types.NamespacedName]*gwv1.Gateway{}
-	for _, g := range gateways {
-		gws[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = g
-	}
-	svcs := map[types.NamespacedName]*corev1.Service{}
-	for _, s := range services {
-		svcs[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s
-	}
-	for i := range st.Gateways {
-		gs := &st.Gateways[i]
-		gw := gws[types.NamespacedName{Namespace: gs.Namespace, Name: gs.Name}]
-		if gw == nil {
-			continue
-		}
-		key := types.NamespacedName{Namespace: gw.Namespace, Name: Name(gw)}
-		var addrs []gwv1.GatewayStatusAddress
-		if svc := svcs[key]; svc != nil && metav1.IsControlledBy(svc, gw) {
-			addrs = Addresses(svc)
-		}
-		gs.Status.Addresses = addrs
-		if c := meta.FindStatusCondition(gs.Status.Conditions, string(gwv1.GatewayConditionProgrammed)); c != nil &&
-			c.Status == metav1.ConditionTrue && len(addrs) == 0 {
-			c.Status = metav1.ConditionFalse
-			c.Reason = string(gwv1.GatewayReasonAddressNotAssigned)
-			c.Message = fmt.Sprintf("waiting for a load balancer to assign an address to Service %s "+
-				"(status.loadBalancer.ingress); the cluster needs a load balancer implementation", key)
-		}
-	}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -71,8 +72,14 @@ func TestReplicas(t *testing.T) {
 	}
 }
 
-func TestSetAddresses(t *testing.T) {
-	withAddr, noAddr, other := gateway("a", 443), gateway("b", 443), gateway("c", 443)
+// translate finds the Service that provision creates for a Gateway: the Gateway's addresses
+// are its load balancer's, and a Gateway without any is Programmed=False/AddressNotAssigned.
+func TestAddresses(t *testing.T) {
+	withAddr, noAddr, other := gateway("a", 443), gateway("b", 8443), gateway("c", 9443)
+	for _, gw := range []*gwv1.Gateway{withAddr, noAddr, other} {
+		gw.Generation = 4
+		gw.Spec.Listeners[0].TLS = &gwv1.ListenerTLSConfig{Mode: ptr(gwv1.TLSModePassthrough)}
+	}
 	svc := func(gw *gwv1.Gateway, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
 		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: gw.Namespace, Name: Name(gw),
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: gwv1.GroupVersion.String(), Kind: "Gateway",
@@ -83,21 +90,17 @@ func TestSetAddresses(t *testing.T) {
 	// Service c-snigate exists but belongs to someone else: not ours to read.
 	foreign := svc(other, corev1.LoadBalancerIngress{IP: "198.51.100.1"})
 	foreign.OwnerReferences = nil
-	programmed := func() gwv1.GatewayStatus {
-		return gwv1.GatewayStatus{
-			Addresses:  []gwv1.GatewayStatusAddress{{Type: ptr(gwv1.IPAddressType), Value: "0.0.0.0"}},
-			Conditions: []metav1.Condition{{Type: "Programmed", Status: metav1.ConditionTrue, Reason: "Programmed", ObservedGeneration: 4}},
-		}
+	r := translate.Translate(&resources.Resources{
+		Gateways: []*gwv1.Gateway{withAddr, noAddr, other},
+		Services: []*corev1.Service{
+			svc(withAddr, corev1.LoadBalancerIngress{IP: "192.0.2.7"}, corev1.LoadBalancerIngress{Hostname: "lb.example.test"}),
+			svc(noAddr), foreign,
+		},
+	}, translate.Options{ProvisionedAddresses: true})
+	if len(r.Errors) > 0 {
+		t.Fatal(r.Errors)
 	}
-	st := &translate.Status{Gateways: []translate.GatewayStatus{
-		{Namespace: "apps", Name: "a", Status: programmed()},
-		{Namespace: "apps", Name: "b", Status: programmed()},
-		{Namespace: "apps", Name: "c", Status: programmed()},
-	}}
-	SetAddresses(st, []*gwv1.Gateway{withAddr, noAddr, other}, []*corev1.Service{
-		svc(withAddr, corev1.LoadBalancerIngress{IP: "192.0.2.7"}, corev1.LoadBalancerIngress{Hostname: "lb.example.test"}),
-		svc(noAddr), foreign,
-	})
+	st := r.Status
 	a := st.Gateways[0].Status
 	if len(a.Addresses) != 2 || a.Addresses[0].Value != "192.0.2.7" || *a.Addresses[0].Type != gwv1.IPAddressType ||
 		a.Addresses[1].Value != "lb.example.test" || *a.Addresses[1].Type != gwv1.HostnameAddressType {

@@ -12,7 +12,8 @@ import (
 //
 // A HostTable is built with Add and then only read. Its zero value is an empty table. Edit
 // derives a changed copy that shares the unchanged entries, so that a new snapshot after a
-// one-route change does not copy a table of 100 000 names (issue 6).
+// one-route change does not copy a table of 100 000 names: such a change must apply within
+// 50 ms (docs/performance.md, route scale).
 type HostTable[T any] struct {
 	exact map[string]T
 	// wild is keyed by the wildcard's suffix including the leading dot: ".example.com".
@@ -39,8 +40,9 @@ type overEntry[T any] struct {
 }
 
 // Reserve makes room for exact names and wildcards before Adds: building a table of 100 000
-// names in maps that grow as they go took twice as long (issue 6). It only has an effect on
-// an empty table.
+// names in maps that grow as they go took twice as long, and 100 000 names must be served
+// within 0.3 s of start (docs/performance.md, route scale). It only has an effect on an
+// empty table.
 func (t *HostTable[T]) Reserve(exact, wild int) {
 	if t.exact == nil && exact > 0 {
 		t.exact = make(map[string]T, exact)

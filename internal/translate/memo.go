@@ -8,8 +8,8 @@ import (
 )
 
 // Memo carries work from one Translate to the next, so that a change of a few routes among
-// 100 000 hostnames does not translate them all again (a one-route change applies within
-// 50 ms, docs/performance.md). Pass the same Memo in Options to successive calls; it is not safe for concurrent
+// 100 000 hostnames does not translate them all again: a one-route change must apply within
+// 50 ms (docs/performance.md, route scale). Pass the same Memo in Options to successive calls; it is not safe for concurrent
 // use. Translate with a Memo returns what it returns without one, except that the conditions
 // of a route taken from the memo keep the LastTransitionTime they were computed with:
 // nothing they depend on changed since.
@@ -87,7 +87,8 @@ func newMemoContext(in *resources.Resources, opts Options) memoContext {
 func (c memoContext) equal(o memoContext) bool {
 	return slices.EqualFunc(c.objects, o.objects, slices.Equal) &&
 		c.opts.ControllerName == o.opts.ControllerName && c.opts.DefaultBindAddress == o.opts.DefaultBindAddress &&
-		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass
+		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass &&
+		c.opts.ProvisionedAddresses == o.opts.ProvisionedAddresses
 }
 
 // unvalidated returns the routes the memo has not seen pass validation.

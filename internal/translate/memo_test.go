@@ -14,12 +14,11 @@ import (
 	"github.com/snigate/snigate/internal/source/file"
 )
 
-// withMemo translates in with memo and checks that the output is what a translation without
-// it gives (testOptions' clock is fixed, so even the timestamps agree).
-func withMemo(t *testing.T, step string, in *resources.Resources, memo *Memo) {
+// withMemo translates in with opts and memo and checks that the output is what a translation
+// without the memo gives (testOptions' clock is fixed, so even the timestamps agree).
+func withMemo(t *testing.T, step string, in *resources.Resources, opts Options, memo *Memo) {
 	t.Helper()
-	want := render(t, Translate(in, testOptions()))
-	opts := testOptions()
+	want := render(t, Translate(in, opts))
 	opts.Memo = memo
 	if got := render(t, Translate(in, opts)); got != want {
 		t.Fatalf("%s: with the memo the output differs (-without +with):\n%s", step, cmp.Diff(want, got))
@@ -28,13 +27,13 @@ func withMemo(t *testing.T, step string, in *resources.Resources, memo *Memo) {
 
 // eachRemoved translates res with memo without each object of list (one kind, put back by
 // set), then with it again.
-func eachRemoved[T interface{ GetName() string }](t *testing.T, kind string, res *resources.Resources, memo *Memo, list []T, set func(*resources.Resources, []T)) {
+func eachRemoved[T interface{ GetName() string }](t *testing.T, kind string, res *resources.Resources, opts Options, memo *Memo, list []T, set func(*resources.Resources, []T)) {
 	t.Helper()
 	for i := range list {
 		r := *res
 		set(&r, slices.Delete(slices.Clone(list), i, i+1))
-		withMemo(t, "without "+kind+" "+list[i].GetName(), &r, memo)
-		withMemo(t, "with "+kind+" "+list[i].GetName(), res, memo)
+		withMemo(t, "without "+kind+" "+list[i].GetName(), &r, opts, memo)
+		withMemo(t, "with "+kind+" "+list[i].GetName(), res, opts, memo)
 	}
 }
 
@@ -51,24 +50,24 @@ func TestMemo(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			memo := &Memo{}
-			withMemo(t, "first", res, memo)
-			withMemo(t, "again", res, memo)
-			withMemo(t, "reversed", reversed(res), memo)
+			opts, memo := goldenOptions(in), &Memo{}
+			withMemo(t, "first", res, opts, memo)
+			withMemo(t, "again", res, opts, memo)
+			withMemo(t, "reversed", reversed(res), opts, memo)
 			// Each route removed, then back.
-			eachRemoved(t, "TLSRoute", res, memo, res.TLSRoutes, func(r *resources.Resources, l []*gwv1.TLSRoute) { r.TLSRoutes = l })
-			eachRemoved(t, "TCPRoute", res, memo, res.TCPRoutes, func(r *resources.Resources, l []*gwv1.TCPRoute) { r.TCPRoutes = l })
-			eachRemoved(t, "HTTPRoute", res, memo, res.HTTPRoutes, func(r *resources.Resources, l []*gwv1.HTTPRoute) { r.HTTPRoutes = l })
+			eachRemoved(t, "TLSRoute", res, opts, memo, res.TLSRoutes, func(r *resources.Resources, l []*gwv1.TLSRoute) { r.TLSRoutes = l })
+			eachRemoved(t, "TCPRoute", res, opts, memo, res.TCPRoutes, func(r *resources.Resources, l []*gwv1.TCPRoute) { r.TCPRoutes = l })
+			eachRemoved(t, "HTTPRoute", res, opts, memo, res.HTTPRoutes, func(r *resources.Resources, l []*gwv1.HTTPRoute) { r.HTTPRoutes = l })
 			// A route replaced by a copy (a new object, as after an edit).
 			if len(res.TLSRoutes) > 0 {
 				r := *res
 				r.TLSRoutes = slices.Clone(res.TLSRoutes)
 				r.TLSRoutes[0] = r.TLSRoutes[0].DeepCopy()
-				withMemo(t, "TLSRoute copied", &r, memo)
+				withMemo(t, "TLSRoute copied", &r, opts, memo)
 			}
 			// Other objects removed: every route depends on them.
-			eachRemoved(t, "Service", res, memo, res.Services, func(r *resources.Resources, l []*corev1.Service) { r.Services = l })
-			eachRemoved(t, "Gateway", res, memo, res.Gateways, func(r *resources.Resources, l []*gwv1.Gateway) { r.Gateways = l })
+			eachRemoved(t, "Service", res, opts, memo, res.Services, func(r *resources.Resources, l []*corev1.Service) { r.Services = l })
+			eachRemoved(t, "Gateway", res, opts, memo, res.Gateways, func(r *resources.Resources, l []*gwv1.Gateway) { r.Gateways = l })
 		})
 	}
 }
@@ -110,12 +109,35 @@ func TestMemoForgets(t *testing.T) {
 		r := *res
 		r.TLSRoutes = slices.Clone(res.TLSRoutes)
 		r.TLSRoutes[i%len(r.TLSRoutes)] = r.TLSRoutes[i%len(r.TLSRoutes)].DeepCopy()
-		withMemo(t, "copy", &r, memo)
+		withMemo(t, "copy", &r, testOptions(), memo)
 		if len(memo.valid) > 2*routes+64+1 {
 			t.Fatalf("after %d changes the memo holds %d valid routes for %d routes", i+1, len(memo.valid), routes)
 		}
 	}
 	if len(memo.routes) != routes {
 		t.Errorf("the memo holds %d translated routes, want %d", len(memo.routes), routes)
+	}
+}
+
+// The options are part of what the memo remembers: turning ProvisionedAddresses on and off
+// between calls with one memo gives what each gives without it.
+func TestMemoOptions(t *testing.T) {
+	res, err := file.Load("testdata/provisioned-addresses.in.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	memo := &Memo{}
+	plain, provisioned := testOptions(), testOptions()
+	provisioned.ProvisionedAddresses = true
+	for _, step := range []struct {
+		name string
+		opts Options
+	}{{"provisioned", provisioned}, {"plain", plain}, {"provisioned again", provisioned}} {
+		withMemo(t, step.name, res, step.opts, memo)
+	}
+	other := memo.ctx
+	other.opts.ProvisionedAddresses = !other.opts.ProvisionedAddresses
+	if memo.ctx.equal(other) {
+		t.Error("the memo context does not tell ProvisionedAddresses apart")
 	}
 }

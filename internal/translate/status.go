@@ -2,7 +2,9 @@ package translate
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -107,4 +109,196 @@ func (c *conditions) set(typ string, ok bool, reason, msg string) {
 		Reason:             reason,
 		Message:            msg,
 	})
+}
+
+// status is the status of our GatewayClasses, our Gateways and the routes with a parentRef
+// to one of them, each list sorted by namespace and name.
+func (t *translator) status() *Status {
+	s := &Status{GatewayClasses: t.classStats}
+	for _, gw := range t.gateways {
+		s.Gateways = append(s.Gateways, GatewayStatus{Namespace: gw.key.ns, Name: gw.key.name, Status: t.gatewayStatus(gw)})
+	}
+	sortStatus(s.GatewayClasses)
+	sortStatus(s.Gateways)
+	// With the memo, the routes' status lists are the previous call's without the routes
+	// that are gone and with the new ones: an unchanged route's status is the same, and a
+	// one-route change among 100 000 routes, which must apply within 50 ms
+	// (docs/performance.md, route scale), has no time to sort them all again.
+	routes, gone := t.routeList, map[string]map[nsName]bool(nil)
+	prev := t.memoStatus()
+	if prev != nil {
+		routes, gone = t.fresh, map[string]map[nsName]bool{}
+		for _, mr := range t.removed {
+			r := mr.r
+			if len(r.parents) > 0 {
+				if gone[r.kind] == nil {
+					gone[r.kind] = map[nsName]bool{}
+				}
+				gone[r.kind][nsName{r.meta.Namespace, r.meta.Name}] = true
+			}
+		}
+	}
+	var tls []TLSRouteStatus
+	var tcp []TCPRouteStatus
+	var http []HTTPRouteStatus
+	for _, r := range routes {
+		if len(r.parents) == 0 {
+			continue
+		}
+		switch r.kind {
+		case kindTLSRoute:
+			tls = append(tls, TLSRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+				Status: gwv1.TLSRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
+		case kindTCPRoute:
+			tcp = append(tcp, TCPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+				Status: gwv1.TCPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
+		case kindHTTPRoute:
+			http = append(http, HTTPRouteStatus{Namespace: r.meta.Namespace, Name: r.meta.Name,
+				Status: gwv1.HTTPRouteStatus{RouteStatus: gwv1.RouteStatus{Parents: r.parents}}})
+		}
+	}
+	sortStatus(tls)
+	sortStatus(tcp)
+	sortStatus(http)
+	if prev == nil {
+		s.TLSRoutes, s.TCPRoutes, s.HTTPRoutes = tls, tcp, http
+	} else {
+		s.TLSRoutes = patchStatus(prev.TLSRoutes, gone[kindTLSRoute], tls)
+		s.TCPRoutes = patchStatus(prev.TCPRoutes, gone[kindTCPRoute], tcp)
+		s.HTTPRoutes = patchStatus(prev.HTTPRoutes, gone[kindHTTPRoute], http)
+	}
+	return s
+}
+
+// memoStatus returns the previous call's status when this call's routes came from the
+// same memo.
+func (t *translator) memoStatus() *Status {
+	if !t.memoOK || len(t.fresh)+len(t.removed) > len(t.routeList)/2 {
+		return nil
+	}
+	return t.opts.Memo.status
+}
+
+// patchStatus merges the sorted list of new routes' status into the previous sorted list
+// without the routes that are gone. A route's namespace and name are unique in its kind,
+// so a replaced route (gone and new under one name) is its new entry only.
+func patchStatus[T any](prev []ObjectStatus[T], gone map[nsName]bool, fresh []ObjectStatus[T]) []ObjectStatus[T] {
+	if len(gone) == 0 && len(fresh) == 0 {
+		return prev
+	}
+	out := make([]ObjectStatus[T], 0, len(prev)+len(fresh))
+	for _, o := range prev {
+		if gone[nsName{o.Namespace, o.Name}] {
+			continue
+		}
+		for len(fresh) > 0 && compareStatus(fresh[0], o) < 0 {
+			out, fresh = append(out, fresh[0]), fresh[1:]
+		}
+		out = append(out, o)
+	}
+	return append(out, fresh...)
+}
+
+func (t *translator) gatewayStatus(gw *gateway) gwv1.GatewayStatus {
+	gen := gw.obj.Generation
+	var st gwv1.GatewayStatus
+	var accepted, programmed int
+	var invalid []string
+	for _, l := range gw.listeners {
+		st.Listeners = append(st.Listeners, t.listenerStatus(l))
+		if l.accepted() {
+			accepted++
+		}
+		if l.programmed() {
+			programmed++
+		}
+		if !l.accepted() || !l.programmed() {
+			invalid = append(invalid, string(l.spec.Name))
+		}
+	}
+	conds := conditions{gen: gen, now: t.now}
+	switch {
+	case gw.rejected():
+		conds.set(string(gwv1.GatewayConditionAccepted), false, string(gw.rejectReason), gw.rejectMsg)
+	case accepted == 0:
+		conds.set(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonListenersNotValid),
+			"no listener is accepted: "+strings.Join(invalid, ", "))
+	case len(invalid) > 0:
+		conds.set(string(gwv1.GatewayConditionAccepted), true, string(gwv1.GatewayReasonListenersNotValid),
+			"Gateway is accepted, but these listeners are not valid and serve nothing: "+strings.Join(invalid, ", "))
+	default:
+		conds.set(string(gwv1.GatewayConditionAccepted), true, string(gwv1.GatewayReasonAccepted), "Gateway is accepted")
+	}
+	var svc nsName
+	switch {
+	case t.opts.ProvisionedAddresses:
+		// Clients reach a provisioned Gateway through its LoadBalancer Service, not at the
+		// addresses its data plane binds, whether or not a listener is programmed.
+		st.Addresses, svc = t.provisionedAddresses(gw)
+	case programmed > 0:
+		for _, a := range gw.addrs {
+			st.Addresses = append(st.Addresses, gwv1.GatewayStatusAddress{Type: ptr(gwv1.IPAddressType), Value: a.String()})
+		}
+	}
+	switch {
+	case programmed == 0:
+		conds.set(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonInvalid), "no listener is programmed")
+	case t.opts.ProvisionedAddresses && len(st.Addresses) == 0:
+		// No client can reach the Gateway yet: the Gateway API's AddressNotAssigned.
+		conds.set(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonAddressNotAssigned),
+			addressNotAssigned(svc))
+	default:
+		conds.set(string(gwv1.GatewayConditionProgrammed), true, string(gwv1.GatewayReasonProgrammed),
+			fmt.Sprintf("%d of %d listeners are programmed", programmed, len(gw.listeners)))
+	}
+	st.Conditions = conds.list
+	return st
+}
+
+func (t *translator) listenerStatus(l *listener) gwv1.ListenerStatus {
+	conds := conditions{gen: l.gw.obj.Generation, now: t.now}
+	if l.accepted() {
+		conds.set(string(gwv1.ListenerConditionAccepted), true, string(gwv1.ListenerReasonAccepted), "Listener is accepted")
+	} else {
+		conds.set(string(gwv1.ListenerConditionAccepted), false, string(l.rejectReason), l.rejectMsg)
+	}
+	if l.programmed() {
+		conds.set(string(gwv1.ListenerConditionProgrammed), true, string(gwv1.ListenerReasonProgrammed), "Listener is programmed")
+	} else {
+		var why string
+		switch {
+		case l.gw.rejected():
+			why = "the Gateway is not accepted"
+		case !l.accepted():
+			why = "the listener is not accepted"
+		case l.refsReason != "":
+			why = "its certificateRefs do not resolve"
+		default:
+			why = "it allows no supported route kind"
+		}
+		conds.set(string(gwv1.ListenerConditionProgrammed), false, string(gwv1.ListenerReasonInvalid), "Listener is not programmed: "+why)
+	}
+	switch {
+	case l.refsReason != "":
+		msg := l.refsMsg
+		if l.kindsMsg != "" {
+			msg += "; " + l.kindsMsg
+		}
+		conds.set(string(gwv1.ListenerConditionResolvedRefs), false, string(l.refsReason), msg)
+	case l.kindsMsg != "":
+		conds.set(string(gwv1.ListenerConditionResolvedRefs), false, string(gwv1.ListenerReasonInvalidRouteKinds), l.kindsMsg)
+	default:
+		conds.set(string(gwv1.ListenerConditionResolvedRefs), true, string(gwv1.ListenerReasonResolvedRefs), "All references are resolved")
+	}
+	if l.conflict != "" {
+		conds.set(string(gwv1.ListenerConditionConflicted), true, string(l.conflict), l.conflictMsg)
+	} else {
+		conds.set(string(gwv1.ListenerConditionConflicted), false, string(gwv1.ListenerReasonNoConflicts), "No conflicts")
+	}
+	return gwv1.ListenerStatus{
+		Name:           l.spec.Name,
+		SupportedKinds: l.supportedKinds,
+		AttachedRoutes: int32(len(l.attached)),
+		Conditions:     conds.list,
+	}
 }

@@ -1,7 +1,6 @@
 package translate
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -104,9 +103,6 @@ func TestInvalidInputNamesFileObjectField(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no error for spec.hostnames[1] of TLSRoute default/db in %v", r.Errors)
-	}
-	if len(r.Problems()) != len(r.Errors) {
-		t.Errorf("Problems() = %d lines, want the %d errors", len(r.Problems()), len(r.Errors))
 	}
 }
 
@@ -335,45 +331,6 @@ func TestOverlaps(t *testing.T) {
 		if got := overlaps(mustAddr(tc.a), mustAddr(tc.b)); got != tc.want {
 			t.Errorf("overlaps(%s, %s) = %v", tc.a, tc.b, got)
 		}
-	}
-}
-
-func TestReport(t *testing.T) {
-	res, err := file.Load("testdata/bad-certificates.in.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := Translate(res, testOptions())
-	var buf bytes.Buffer
-	if err := WriteReport(&buf, res, r); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, want := range []string{
-		"Gateway default/gw  addresses: 0.0.0.0",
-		"listener key-mismatch  TLS 443 mismatch.example.com Terminate",
-		"ResolvedRefs: certificateRefs[0]: Secret default/key-mismatch: tls: private key does not match public key",
-		"0.0.0.0:443 TLS",
-		"good.example.com listener default/gw/good Terminate certificates=[*.example.com]",
-		"default/app:8080 weight=1 [10.0.0.2:8080]",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
-	}
-	problems := r.Problems()
-	if len(problems) == 0 || !strings.Contains(strings.Join(problems, "\n"), "Gateway default/gw listener invalid-pem: ResolvedRefs=False (InvalidCertificateRef)") {
-		t.Errorf("problems = %v", problems)
-	}
-	ok := translateFile(t, "testdata/hostname-intersection.in.yaml")
-	var p []string
-	for _, s := range ok.Problems() {
-		if !strings.Contains(s, "nomatch") {
-			p = append(p, s)
-		}
-	}
-	if len(p) > 0 {
-		t.Errorf("unexpected problems: %v", p)
 	}
 }
 

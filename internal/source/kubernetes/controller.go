@@ -37,7 +37,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -101,7 +100,8 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Provision, when set, makes the elected replica provision a data plane per Gateway of
 	// our classes (internal/provision: Deployment, LoadBalancer Service, ServiceAccount) and
-	// takes each Gateway's status.addresses from its Service (provision.SetAddresses).
+	// takes each Gateway's status.addresses from its Service
+	// (translate.Options.ProvisionedAddresses).
 	Provision *provision.Options
 	// ReadOnly runs no status writer and writes nothing: a provisioned data plane
 	// (`snigate dataplane`), which only watches and serves. LeaderElection is ignored.
@@ -124,11 +124,6 @@ type Controller struct {
 	// outage, and the uncached reader it switches to (recovery.go).
 	recovery *recovery
 	direct   client.Reader
-
-	// The Gateways and Services of the translation in progress, for provision.SetAddresses
-	// (reconciles run one at a time).
-	lastGateways []*gwv1.Gateway
-	lastServices []*corev1.Service
 }
 
 // Scheme returns the types the controller reads and writes.
@@ -210,6 +205,8 @@ func New(cfg Config) (*Controller, error) {
 			ControllerName:      cfg.ControllerName,
 			DefaultBindAddress:  cfg.DefaultBindAddress,
 			RequireGatewayClass: true,
+			// Provisioned Gateways are reached through their LoadBalancer Services.
+			ProvisionedAddresses: cfg.Provision != nil,
 		},
 	}
 	if !cfg.ReadOnly {
@@ -218,16 +215,6 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 		pc.Publish = c.writer.Publish
-	}
-	if cfg.Provision != nil {
-		// Each Gateway's status.addresses come from its provisioned Service.
-		publish := pc.Publish
-		pc.Publish = func(st *translate.Status) {
-			provision.SetAddresses(st, c.lastGateways, c.lastServices)
-			if publish != nil {
-				publish(st)
-			}
-		}
 	}
 	if c.pipe, err = pipeline.New(pc); err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
@@ -322,7 +309,6 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if c.local != nil {
 		res = c.local.assign(res)
 	}
-	c.lastGateways, c.lastServices = res.Gateways, res.Services
 	err = c.pipe.Run(res)
 	var invalid *pipeline.InputError
 	switch {

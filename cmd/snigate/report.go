@@ -1,4 +1,4 @@
-package translate
+package main
 
 import (
 	"bufio"
@@ -8,16 +8,26 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/translate"
 )
 
-// Problems lists, one line each, everything a user should fix: the input errors, and every
-// status condition that says something does not work (Accepted, ResolvedRefs or Programmed
-// False, Conflicted True). `snigate check` exits non-zero when it is not empty.
-func (r *Result) Problems() []string {
+// The route kinds, as the report names them.
+const (
+	kindTLSRoute  = "TLSRoute"
+	kindTCPRoute  = "TCPRoute"
+	kindHTTPRoute = "HTTPRoute"
+)
+
+// problems lists, one line each, everything a user should fix in what r was translated
+// from: the input errors, and every status condition that says something does not work
+// (Accepted, ResolvedRefs or Programmed False, Conflicted True). `snigate check` exits
+// non-zero when it is not empty.
+func problems(r *translate.Result) []string {
 	var out []string
 	for _, e := range r.Errors {
 		out = append(out, e.Error())
@@ -82,11 +92,11 @@ func parentName(routeNS string, ref gwv1.ParentReference) string {
 	return s
 }
 
-// WriteReport prints what `snigate check` shows: every Gateway with its listeners, every
+// writeReport prints what `snigate check` shows: every Gateway with its listeners, every
 // route with its parents, with their conditions and reasons as the Gateway API defines them
 // (messages for the conditions that report a problem), then the effective table
 // port -> listener -> SNI -> route -> backends. in is the input r was translated from.
-func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
+func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) error {
 	w := bufio.NewWriter(out)
 	if len(r.Errors) > 0 {
 		fmt.Fprintf(w, "INVALID INPUT: the configuration is rejected (%d errors)\n", len(r.Errors))
@@ -96,9 +106,9 @@ func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
 		return w.Flush()
 	}
 	s := r.Status
-	specs := map[nsName]*gwv1.Gateway{}
+	specs := map[types.NamespacedName]*gwv1.Gateway{}
 	for _, g := range in.Gateways {
-		specs[nsName{g.Namespace, g.Name}] = g
+		specs[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = g
 	}
 
 	for _, c := range s.GatewayClasses {
@@ -116,7 +126,7 @@ func WriteReport(out io.Writer, in *resources.Resources, r *Result) error {
 		}
 		fmt.Fprintln(w)
 		writeConditions(w, "  ", g.Status.Conditions)
-		spec := specs[nsName{g.Namespace, g.Name}]
+		spec := specs[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}]
 		for _, l := range g.Status.Listeners {
 			fmt.Fprintf(w, "  listener %s", l.Name)
 			if ls := listenerSpec(spec, l.Name); ls != nil {

@@ -1,0 +1,385 @@
+package translate
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/snapshot"
+)
+
+// ---- GatewayClasses ----
+
+// gatewayClasses accepts every GatewayClass of our controllerName, in name order.
+func (t *translator) gatewayClasses() {
+	names := make([]string, 0, len(t.classes))
+	for n := range t.classes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		c := t.classes[n]
+		if string(c.Spec.ControllerName) != t.opts.ControllerName {
+			continue
+		}
+		conds := conditions{gen: c.Generation, now: t.now}
+		conds.set(string(gwv1.GatewayClassConditionStatusAccepted), true, string(gwv1.GatewayClassReasonAccepted),
+			"GatewayClass is accepted by "+t.opts.ControllerName)
+		t.classStats = append(t.classStats, GatewayClassStatus{
+			Name: c.Name,
+			Status: gwv1.GatewayClassStatus{
+				Conditions:        conds.list,
+				SupportedFeatures: slices.Clone(SupportedFeatures),
+			},
+		})
+	}
+}
+
+// ours reports whether a Gateway of the given class is ours to serve.
+func (t *translator) ours(class string) bool {
+	c, ok := t.classes[class]
+	if !ok {
+		return !t.opts.RequireGatewayClass
+	}
+	return string(c.Spec.ControllerName) == t.opts.ControllerName
+}
+
+// ---- Gateways and listeners ----
+
+type gateway struct {
+	obj       *gwv1.Gateway
+	key       nsName
+	addrs     []netip.Addr
+	maxConns  int
+	listeners []*listener
+
+	// rejectReason is set when the Gateway as a whole is not accepted, before its
+	// listeners are looked at.
+	rejectReason gwv1.GatewayConditionReason
+	rejectMsg    string
+}
+
+func (gw *gateway) rejected() bool { return gw.rejectReason != "" }
+
+type listener struct {
+	gw       *gateway
+	index    int // in gw.listeners
+	spec     *gwv1.Listener
+	hostname string // "" = any
+	// routeKind is the one route kind the protocol carries; "" for protocols we do not serve.
+	routeKind      string
+	supportedKinds []gwv1.RouteGroupKind
+	kindsMsg       string // why some requested kinds are invalid
+	from           gwv1.FromNamespaces
+	selector       labels.Selector
+	mode           snapshot.Mode
+
+	// Accepted=False with this reason when set (unsupported protocol, conflict, port).
+	rejectReason gwv1.ListenerConditionReason
+	rejectMsg    string
+	conflict     gwv1.ListenerConditionReason
+	conflictMsg  string
+	// certificate problems: ResolvedRefs=False with this reason.
+	refsReason gwv1.ListenerConditionReason
+	refsMsg    string
+	tlsConfig  *tls.Config
+
+	attached []*attachment // in route precedence order
+	snap     *snapshot.Listener
+}
+
+type attachment struct {
+	route     *route
+	hostnames []string // effective hostnames on this listener (TLSRoute)
+}
+
+func (l *listener) accepted() bool { return l.rejectReason == "" }
+
+func (l *listener) programmed() bool {
+	return !l.gw.rejected() && l.accepted() && l.refsReason == "" && len(l.supportedKinds) > 0
+}
+
+func (l *listener) name() string {
+	return l.gw.key.ns + "/" + l.gw.key.name + "/" + string(l.spec.Name)
+}
+
+// buildGateways builds our Gateways, oldest first: the order in which they claim ports.
+func (t *translator) buildGateways() {
+	gws := slices.Clone(t.in.Gateways)
+	slices.SortFunc(gws, func(a, b *gwv1.Gateway) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	for _, g := range gws {
+		if !t.ours(string(g.Spec.GatewayClassName)) {
+			continue
+		}
+		gw := t.gateway(g)
+		t.gateways = append(t.gateways, gw)
+		t.gwByName[gw.key] = gw
+	}
+}
+
+func (t *translator) gateway(g *gwv1.Gateway) *gateway {
+	gw := &gateway{obj: g, key: nsName{g.Namespace, g.Name}}
+	reject := func(reason gwv1.GatewayConditionReason, msg string) {
+		if !gw.rejected() {
+			gw.rejectReason, gw.rejectMsg = reason, msg
+		}
+	}
+	if inf := g.Spec.Infrastructure; inf != nil && inf.ParametersRef != nil {
+		reject(gwv1.GatewayReasonInvalidParameters,
+			fmt.Sprintf("spec.infrastructure.parametersRef: snigate takes no parameters (%s %s)", inf.ParametersRef.Kind, inf.ParametersRef.Name))
+	}
+	for i, a := range g.Spec.Addresses {
+		if a.Type != nil && *a.Type != gwv1.IPAddressType {
+			reject(gwv1.GatewayReasonUnsupportedAddress,
+				fmt.Sprintf("spec.addresses[%d]: address type %s is not supported, only IPAddress", i, *a.Type))
+			continue
+		}
+		addr := t.defaultAddr
+		if a.Value != "" {
+			addr = netip.MustParseAddr(a.Value).Unmap() // validated
+		}
+		if !slices.Contains(gw.addrs, addr) {
+			gw.addrs = append(gw.addrs, addr)
+		}
+	}
+	if len(gw.addrs) == 0 {
+		gw.addrs = []netip.Addr{t.defaultAddr}
+	}
+	if v, ok := g.Annotations[MaxConnectionsAnnotation]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			reject(gwv1.GatewayReasonInvalid,
+				fmt.Sprintf("metadata.annotations[%s]: %q is not a non-negative integer", MaxConnectionsAnnotation, v))
+		}
+		gw.maxConns = n
+	}
+	for i := range g.Spec.Listeners {
+		l := t.listener(gw, &g.Spec.Listeners[i])
+		l.index = i
+		gw.listeners = append(gw.listeners, l)
+	}
+	markConflicts(gw)
+	return gw
+}
+
+func (t *translator) listener(gw *gateway, spec *gwv1.Listener) *listener {
+	l := &listener{gw: gw, spec: spec, supportedKinds: []gwv1.RouteGroupKind{}}
+	if spec.Hostname != nil {
+		l.hostname = strings.ToLower(string(*spec.Hostname))
+	}
+	switch spec.Protocol {
+	case gwv1.TLSProtocolType:
+		l.routeKind = kindTLSRoute
+		l.mode = snapshot.ModeTerminate
+		if spec.TLS != nil && spec.TLS.Mode != nil && *spec.TLS.Mode == gwv1.TLSModePassthrough {
+			l.mode = snapshot.ModePassthrough
+		}
+	case gwv1.TCPProtocolType:
+		l.routeKind = kindTCPRoute
+	case gwv1.HTTPProtocolType:
+		l.routeKind = kindHTTPRoute
+	case gwv1.HTTPSProtocolType:
+		l.routeKind = kindHTTPRoute
+		l.mode = snapshot.ModeTerminate // validated: HTTPS allows only Terminate
+	default:
+		l.rejectReason = gwv1.ListenerReasonUnsupportedProtocol
+		l.rejectMsg = fmt.Sprintf("protocol %s is not supported: snigate serves HTTP, HTTPS, TLS and TCP listeners", spec.Protocol)
+		return l
+	}
+
+	// allowedRoutes.kinds
+	var invalid []string
+	if ar := spec.AllowedRoutes; ar != nil && len(ar.Kinds) > 0 {
+		for _, k := range ar.Kinds {
+			group := groupGateway
+			if k.Group != nil {
+				group = string(*k.Group)
+			}
+			if group == groupGateway && string(k.Kind) == l.routeKind {
+				if len(l.supportedKinds) == 0 {
+					l.supportedKinds = append(l.supportedKinds, routeGroupKind(l.routeKind))
+				}
+				continue
+			}
+			invalid = append(invalid, groupKind(group, string(k.Kind)))
+		}
+	} else {
+		l.supportedKinds = append(l.supportedKinds, routeGroupKind(l.routeKind))
+	}
+	if len(invalid) > 0 {
+		l.kindsMsg = fmt.Sprintf("route kinds %s are not supported on a %s listener, only %s", strings.Join(invalid, ", "), spec.Protocol, l.routeKind)
+	}
+
+	// allowedRoutes.namespaces
+	l.from = gwv1.NamespacesFromSame
+	if ar := spec.AllowedRoutes; ar != nil && ar.Namespaces != nil && ar.Namespaces.From != nil {
+		l.from = *ar.Namespaces.From
+	}
+	if l.from == gwv1.NamespacesFromSelector {
+		sel, err := metav1.LabelSelectorAsSelector(spec.AllowedRoutes.Namespaces.Selector)
+		if err != nil {
+			l.rejectReason = gwv1.ListenerReasonUnsupportedValue
+			l.rejectMsg = fmt.Sprintf("allowedRoutes.namespaces.selector: %v", err)
+		}
+		l.selector = sel
+	}
+
+	if l.mode == snapshot.ModeTerminate {
+		t.certificates(l) // TLS Terminate and HTTPS
+	}
+	return l
+}
+
+func routeGroupKind(kind string) gwv1.RouteGroupKind {
+	g := gwv1.Group(groupGateway)
+	return gwv1.RouteGroupKind{Group: &g, Kind: gwv1.Kind(kind)}
+}
+
+func groupKind(group, kind string) string {
+	if group == "" {
+		return kind
+	}
+	return group + "/" + kind
+}
+
+// allowsNamespace reports whether the listener admits routes from namespace ns.
+func (t *translator) allowsNamespace(l *listener, ns string) bool {
+	switch l.from {
+	case gwv1.NamespacesFromAll:
+		return true
+	case gwv1.NamespacesFromSelector:
+		return l.selector != nil && l.selector.Matches(t.namespaceLabels(ns))
+	case gwv1.NamespacesFromSame:
+		return ns == l.gw.key.ns
+	}
+	return false
+}
+
+// markConflicts applies the listener distinctness rules within one Gateway: on one port, a
+// TCP listener conflicts with every other listener, and an HTTP listener with every TLS or
+// HTTPS listener (ProtocolConflict: one socket either reads a ClientHello first or plain
+// HTTP); TLS and HTTPS listeners, which share one SNI table, and HTTP listeners, which share
+// one Host table, conflict when their hostnames are the same (HostnameConflict).
+func markConflicts(gw *gateway) {
+	byPort := map[gwv1.PortNumber][]*listener{}
+	var ports []gwv1.PortNumber
+	for _, l := range gw.listeners {
+		if l.routeKind == "" {
+			continue // protocols we do not serve take part in no conflict
+		}
+		if _, ok := byPort[l.spec.Port]; !ok {
+			ports = append(ports, l.spec.Port)
+		}
+		byPort[l.spec.Port] = append(byPort[l.spec.Port], l)
+	}
+	for _, port := range ports {
+		ls := byPort[port]
+		tcp := slices.ContainsFunc(ls, func(l *listener) bool { return l.routeKind == kindTCPRoute })
+		if tcp && len(ls) > 1 {
+			msg := fmt.Sprintf("listeners %s share port %d and a TCP listener takes the whole port", listenerNames(ls), port)
+			for _, l := range ls {
+				l.setConflict(gwv1.ListenerReasonProtocolConflict, msg)
+			}
+			continue
+		}
+		plain := slices.ContainsFunc(ls, func(l *listener) bool { return l.spec.Protocol == gwv1.HTTPProtocolType })
+		overTLS := slices.ContainsFunc(ls, func(l *listener) bool { return l.spec.Protocol != gwv1.HTTPProtocolType })
+		if plain && overTLS {
+			msg := fmt.Sprintf("listeners %s share port %d but an HTTP listener cannot share a port with TLS or HTTPS listeners", listenerNames(ls), port)
+			for _, l := range ls {
+				l.setConflict(gwv1.ListenerReasonProtocolConflict, msg)
+			}
+			continue
+		}
+		byHost := map[string][]*listener{}
+		for _, l := range ls {
+			byHost[l.hostname] = append(byHost[l.hostname], l)
+		}
+		for _, l := range ls {
+			if same := byHost[l.hostname]; len(same) > 1 {
+				h := l.hostname
+				if h == "" {
+					h = "(any)"
+				}
+				l.setConflict(gwv1.ListenerReasonHostnameConflict,
+					fmt.Sprintf("listeners %s share port %d and hostname %s", listenerNames(same), port, h))
+			}
+		}
+	}
+}
+
+func (l *listener) setConflict(reason gwv1.ListenerConditionReason, msg string) {
+	l.conflict, l.conflictMsg = reason, msg
+	l.rejectReason, l.rejectMsg = reason, msg
+}
+
+func listenerNames(ls []*listener) string {
+	names := make([]string, len(ls))
+	for i, l := range ls {
+		names[i] = string(l.spec.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// claimPorts gives every (address, port) to the oldest Gateway that listens there.
+func (t *translator) claimPorts() {
+	type claim struct {
+		addr netip.Addr
+		gw   *gateway
+	}
+	claims := map[gwv1.PortNumber][]claim{}
+	for _, gw := range t.gateways {
+		if gw.rejected() {
+			continue
+		}
+		for _, l := range gw.listeners {
+			if l.routeKind == "" || !l.accepted() {
+				continue
+			}
+			port := l.spec.Port
+			var taken *claim
+			var mine netip.Addr
+			for _, a := range gw.addrs {
+				for i, c := range claims[port] {
+					if c.gw != gw && overlaps(a, c.addr) {
+						taken, mine = &claims[port][i], a
+						break
+					}
+				}
+				if taken != nil {
+					break
+				}
+			}
+			if taken != nil {
+				l.rejectReason = gwv1.ListenerReasonPortUnavailable
+				l.rejectMsg = fmt.Sprintf("%s is taken: the older Gateway %s listens on %s",
+					netip.AddrPortFrom(mine, uint16(port)), taken.gw.key, netip.AddrPortFrom(taken.addr, uint16(port)))
+				continue
+			}
+			for _, a := range gw.addrs {
+				if !slices.ContainsFunc(claims[port], func(c claim) bool { return c.gw == gw && c.addr == a }) {
+					claims[port] = append(claims[port], claim{a, gw})
+				}
+			}
+		}
+	}
+}
+
+// overlaps reports whether sockets bound to a and b on one port would collide: the same
+// address, or an unspecified address covering the other (0.0.0.0 covers IPv4, :: covers all).
+func overlaps(a, b netip.Addr) bool {
+	if a == b {
+		return true
+	}
+	covers := func(u, x netip.Addr) bool {
+		return u.IsUnspecified() && (u.Is6() || x.Is4())
+	}
+	return covers(a, b) || covers(b, a)
+}
