@@ -14,32 +14,7 @@ import (
 // MariaDB Service) and a TLS Passthrough listener where a TLSRoute mistakenly sends the host
 // name to the same MariaDB.
 func dbMariaDBYAML(tcpPort, tlsPort, backendPort int, name string) string {
-	return docs(fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: %[1]s
-  namespace: default
-spec:
-  gatewayClassName: snigate
-  addresses:
-  - type: IPAddress
-    value: 127.0.0.1
-  listeners:
-  - name: mariadb
-    protocol: TCP
-    port: %[2]d
-    allowedRoutes:
-      namespaces:
-        from: Same
-  - name: tls
-    protocol: TLS
-    port: %[3]d
-    tls:
-      mode: Passthrough
-    allowedRoutes:
-      namespaces:
-        from: Same
-`, gatewayName, tcpPort, tlsPort),
+	return docs(gatewayYAML(listener{Name: "mariadb", Protocol: "TCP", Port: tcpPort}, passthrough("tls", tlsPort, "")),
 		fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
 kind: TCPRoute
 metadata:
