@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"crypto/tls"
 	"os"
 	"testing"
 
@@ -52,6 +53,17 @@ func (ca *CA) Issue(t testing.TB, names ...string) *Cert {
 		t.Fatal(err)
 	}
 	return &Cert{c}
+}
+
+// SelfSigned makes a certificate for names that is its own CA (fixture.SelfSigned), for an
+// in-process TLS server: a client trusts it with its Leaf in RootCAs.
+func SelfSigned(t testing.TB, names ...string) tls.Certificate {
+	t.Helper()
+	c, err := fixture.SelfSigned(names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.TLS
 }
 
 // WriteFiles writes the certificate (server.crt, 0644) and key (server.key, 0600) into dir.
