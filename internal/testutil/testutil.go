@@ -16,6 +16,10 @@
 //
 // When the tests run as root (CI does), PostgreSQL runs as the "postgres" system user, since it
 // refuses to run as root, and MariaDB is started with --user=root.
+//
+// The certificates, the PostgreSQL configuration and the free ports come from
+// internal/testutil/fixture, which needs no testing.TB (the benchmark uses it too); this
+// package wraps what can fail there with t.Fatal.
 package testutil
 
 import (

@@ -3,14 +3,15 @@
 // install manifests' RBAC, objects applied from YAML files, and a polling wait for the
 // controller's effects.
 //
-// Most tests want StartCluster: an API server as `kubectl apply -k config/default` leaves it
-// (CRDs, namespace snigate-system, the controller's ServiceAccount and its RBAC), an admin
-// client, and the controller's identity:
+// Most tests want StartCluster: an API server with the CRDs of config/crd/standard and the
+// RBAC of the install manifests (namespace snigate-system, the controller's ServiceAccount
+// and its roles), an admin client and config, and impersonation of the controller's
+// ServiceAccount, which has those permissions and no more:
 //
-//	cl := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme}) // stopped in t.Cleanup
-//	cl.Apply(t, "testdata/cluster.yaml")
-//	ctrl, _ := kubernetes.New(kubernetes.Config{REST: cl.As(kubetest.ControllerUser), ...})
-//	kubetest.Eventually(t, 30*time.Second, "Gateway programmed", func() error { ... })
+//	cluster := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme}) // stopped in t.Cleanup
+//	cluster.Apply(t, "testdata/cluster.yaml")                                    // as admin
+//	ctrl, err := kubernetes.New(kubernetes.Config{REST: cluster.As(kubetest.ControllerUser), ...})
+//	kubetest.Eventually(t, 30*time.Second, "Gateway programmed", func() error { ... cluster.Client.Get(...) ... })
 //
 // StartAPIServer is the bare API server, for a test that brings its own RBAC or none.
 //
