@@ -44,7 +44,7 @@ func TestDBMariaDB(t *testing.T) {
 	// The client verifies the certificate against the address it dials: name it too.
 	cert := ca.Issue(t, name, "127.0.0.1")
 	m := testutil.StartMariaDB(t, testutil.MariaDBOptions{CA: ca, Cert: cert, Name: name})
-	ports := freePorts(t, 2)
+	ports := testutil.FreePorts(t, 2)
 	tcpPort, tlsPort := ports[0], ports[1]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", dbMariaDBYAML(tcpPort, tlsPort, m.Port, name))

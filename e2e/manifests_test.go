@@ -102,7 +102,4 @@ func configDir(t *testing.T) string {
 	return dir
 }
 
-// freePorts returns n distinct free loopback ports.
-func freePorts(t *testing.T, n int) []int { return testutil.FreePorts(t, n) }
-
 func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
