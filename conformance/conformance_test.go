@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,22 +110,9 @@ func TestConformance(t *testing.T) {
 	// A fresh API server and etcd, with the standard-channel CRDs of the install manifests.
 	// No ServiceAccount admission: there is no token controller to create the default
 	// ServiceAccounts the Pods of the suite's Deployments would need.
-	crds, _ := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
-	crds = slices.DeleteFunc(crds, func(f string) bool { return strings.Contains(filepath.Base(f), "_vap_") })
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    kubetest.AssetsDir(),
-		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
-		ControlPlaneStartTimeout: 90 * time.Second,
-		ControlPlaneStopTimeout:  30 * time.Second,
-	}
-	env.ControlPlane.GetAPIServer().Configure().Append("disable-admission-plugins", "ServiceAccount")
-	if _, err := env.Start(); err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the API server: %v", err)
-		}
+	env := kubetest.StartAPIServer(t, kubetest.Options{
+		CRDs:           kubetest.StandardCRDs(t),
+		APIServerFlags: map[string]string{"disable-admission-plugins": "ServiceAccount"},
 	})
 	user, err := env.ControlPlane.AddUser(envtest.User{Name: "conformance", Groups: []string{"system:masters"}}, nil)
 	if err != nil {

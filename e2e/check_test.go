@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 // runCheck runs `snigate check -f path` and returns its output and exit code.
@@ -65,7 +67,7 @@ func TestCheckPostgresExample(t *testing.T) {
 
 func TestCheckReportsProblems(t *testing.T) {
 	needBinary(t)
-	ports := freePorts(t, 1)
+	ports := testutil.FreePorts(t, 1)
 	dir := configDir(t)
 	// A route to a Service that does not exist: accepted, but ResolvedRefs=False.
 	writeFile(t, dir, "gw.yaml", docs(gatewayYAML(passthrough("tls", ports[0], "")),

@@ -14,32 +14,7 @@ import (
 // MariaDB Service) and a TLS Passthrough listener where a TLSRoute mistakenly sends the host
 // name to the same MariaDB.
 func dbMariaDBYAML(tcpPort, tlsPort, backendPort int, name string) string {
-	return docs(fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: %[1]s
-  namespace: default
-spec:
-  gatewayClassName: snigate
-  addresses:
-  - type: IPAddress
-    value: 127.0.0.1
-  listeners:
-  - name: mariadb
-    protocol: TCP
-    port: %[2]d
-    allowedRoutes:
-      namespaces:
-        from: Same
-  - name: tls
-    protocol: TLS
-    port: %[3]d
-    tls:
-      mode: Passthrough
-    allowedRoutes:
-      namespaces:
-        from: Same
-`, gatewayName, tcpPort, tlsPort),
+	return docs(gatewayYAML(listener{Name: "mariadb", Protocol: "TCP", Port: tcpPort}, passthrough("tls", tlsPort, "")),
 		fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
 kind: TCPRoute
 metadata:
@@ -69,7 +44,7 @@ func TestDBMariaDB(t *testing.T) {
 	// The client verifies the certificate against the address it dials: name it too.
 	cert := ca.Issue(t, name, "127.0.0.1")
 	m := testutil.StartMariaDB(t, testutil.MariaDBOptions{CA: ca, Cert: cert, Name: name})
-	ports := freePorts(t, 2)
+	ports := testutil.FreePorts(t, 2)
 	tcpPort, tlsPort := ports[0], ports[1]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", dbMariaDBYAML(tcpPort, tlsPort, m.Port, name))

@@ -87,7 +87,7 @@ func TestDBPostgres(t *testing.T) {
 	e := &dbPG{ca: testutil.NewCA(t)}
 	e.a = testutil.StartPostgres(t, testutil.PGOptions{CA: e.ca, Name: dbPGA})
 	e.b = testutil.StartPostgres(t, testutil.PGOptions{CA: e.ca, Name: dbPGB})
-	e.port = freePorts(t, 1)[0]
+	e.port = testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(
 		gatewayYAML(passthrough("postgres", e.port, "")),

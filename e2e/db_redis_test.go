@@ -25,7 +25,7 @@ func TestDBRedis(t *testing.T) {
 		testutil.StartRedis(t, testutil.RedisOptions{CA: ca, Name: "redis-a.db.test"}),
 		testutil.StartRedis(t, testutil.RedisOptions{CA: ca, Name: "redis-b.db.test"}),
 	}
-	port := freePorts(t, 1)[0]
+	port := testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(
 		gatewayYAML(passthrough("redis", port, "")),

@@ -16,7 +16,7 @@ func TestFailClosed(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
 	cert := ca.Issue(t, "a.test")
-	port := freePorts(t, 1)[0]
+	port := testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(
 		gatewayYAML(passthrough("tls", port, "")),

@@ -83,7 +83,7 @@ func TestHTTPAndHTTPS(t *testing.T) {
 	ca := testutil.NewCA(t)
 	wild, exact := ca.Issue(t, "*.web.test"), ca.Issue(t, "app.web.test")
 	dbCert := ca.Issue(t, "db.web.test")
-	ports := freePorts(t, 2)
+	ports := testutil.FreePorts(t, 2)
 	httpPort, tlsPort := ports[0], ports[1]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(

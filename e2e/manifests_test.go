@@ -1,16 +1,14 @@
 package e2e
 
 import (
-	"encoding/base64"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // The YAML the tests write is plain Gateway API v1 and core Kubernetes objects, the same a
@@ -21,56 +19,21 @@ const (
 	servicePort = 8443 // the Service port routes refer to; EndpointSlices carry the real one
 )
 
-// listener is one Gateway listener of protocol TLS.
-type listener struct {
-	name     string
-	port     int
-	hostname string   // empty: no hostname
-	mode     string   // "Passthrough" or "Terminate"
-	certs    []string // Secret names, for Terminate
-}
+// listener is one Gateway listener.
+type listener = fixture.Listener
 
-func passthrough(name string, port int, hostname string) listener {
-	return listener{name: name, port: port, hostname: hostname, mode: "Passthrough"}
-}
-
-func terminate(name string, port int, hostname string, secrets ...string) listener {
-	return listener{name: name, port: port, hostname: hostname, mode: "Terminate", certs: secrets}
-}
+// passthrough and terminate are TLS listeners.
+var (
+	passthrough = fixture.Passthrough
+	terminate   = fixture.Terminate
+)
 
 // gatewayYAML is the Gateway "gw" bound to 127.0.0.1 with the given listeners.
 func gatewayYAML(ls ...listener) string { return namedGatewayYAML(gatewayName, ls...) }
 
 // namedGatewayYAML is a Gateway bound to 127.0.0.1 with the given listeners.
 func namedGatewayYAML(name string, ls ...listener) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: %s
-  namespace: default
-spec:
-  gatewayClassName: snigate
-  addresses:
-  - type: IPAddress
-    value: 127.0.0.1
-  listeners:
-`, name)
-	for _, l := range ls {
-		fmt.Fprintf(&b, "  - name: %s\n    protocol: TLS\n    port: %d\n", l.name, l.port)
-		if l.hostname != "" {
-			fmt.Fprintf(&b, "    hostname: %q\n", l.hostname)
-		}
-		fmt.Fprintf(&b, "    tls:\n      mode: %s\n", l.mode)
-		if len(l.certs) > 0 {
-			b.WriteString("      certificateRefs:\n")
-			for _, c := range l.certs {
-				fmt.Fprintf(&b, "      - kind: Secret\n        group: \"\"\n        name: %s\n", c)
-			}
-		}
-		b.WriteString("    allowedRoutes:\n      namespaces:\n        from: Same\n")
-	}
-	return b.String()
+	return fixture.GatewayYAML("default", name, ls...)
 }
 
 // backendRef points at Service service on servicePort; weight < 0 leaves the weight out.
@@ -84,86 +47,30 @@ func to(service string) backendRef { return backendRef{service: service, weight:
 // routeYAML is a TLSRoute attached to listener section of the Gateway (all listeners when
 // section is empty).
 func routeYAML(name, section string, hostnames []string, backends ...backendRef) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata:
-  name: %s
-  namespace: default
-spec:
-  parentRefs:
-  - name: %s
-`, name, gatewayName)
-	if section != "" {
-		fmt.Fprintf(&b, "    sectionName: %s\n", section)
-	}
-	b.WriteString("  hostnames:\n")
-	for _, h := range hostnames {
-		fmt.Fprintf(&b, "  - %q\n", h)
-	}
-	b.WriteString("  rules:\n  - backendRefs:\n")
-	for _, r := range backends {
-		fmt.Fprintf(&b, "    - name: %s\n      port: %d\n", r.service, servicePort)
-		if r.weight >= 0 {
-			fmt.Fprintf(&b, "      weight: %d\n", r.weight)
+	r := fixture.TLSRoute{Namespace: "default", Name: name, Gateway: gatewayName, Section: section, Hostnames: hostnames}
+	for _, be := range backends {
+		ref := fixture.To(be.service, servicePort)
+		if be.weight >= 0 {
+			ref.Weight = &be.weight
 		}
+		r.Backends = append(r.Backends, ref)
 	}
-	return b.String()
+	return fixture.TLSRouteYAML(r)
 }
 
 // serviceYAML is a Service named name whose port servicePort targets port on 127.0.0.1,
 // with its EndpointSlice holding one ready endpoint.
 func serviceYAML(name string, port int) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Service
-metadata:
-  name: %[1]s
-  namespace: default
-spec:
-  ports:
-  - name: tls
-    protocol: TCP
-    port: %[2]d
-    targetPort: %[3]d
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: %[1]s-1
-  namespace: default
-  labels:
-    kubernetes.io/service-name: %[1]s
-addressType: IPv4
-ports:
-- name: tls
-  protocol: TCP
-  port: %[3]d
-endpoints:
-- addresses:
-  - 127.0.0.1
-  conditions:
-    ready: true
-`, name, servicePort, port)
+	return fixture.ServiceYAML("default", name, servicePort, port, "127.0.0.1")
 }
 
 // secretYAML is a kubernetes.io/tls Secret holding c.
 func secretYAML(name string, c *testutil.Cert) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Secret
-metadata:
-  name: %s
-  namespace: default
-type: kubernetes.io/tls
-data:
-  tls.crt: %s
-  tls.key: %s
-`, name, base64.StdEncoding.EncodeToString(c.CertPEM), base64.StdEncoding.EncodeToString(c.KeyPEM))
+	return fixture.TLSSecretYAML("default", name, c.Cert)
 }
 
 // docs joins YAML documents into one multi-document file.
-func docs(ds ...string) string {
-	return strings.Join(ds, "---\n")
-}
+var docs = fixture.Docs
 
 // writeFile writes a file of the config folder atomically: a watcher sees the old content
 // or the new, never a half-written file. The temporary file lives outside dir so a watcher
@@ -193,24 +100,6 @@ func configDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// freePorts returns n distinct free loopback ports.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	seen := map[int]bool{}
-	var ports []int
-	for len(ports) < n {
-		p := testutil.FreePort(t)
-		if !seen[p] {
-			seen[p] = true
-			ports = append(ports, p)
-		}
-		if len(seen) > 10*n {
-			t.Fatalf("FreePort keeps returning the same ports: %v", ports)
-		}
-	}
-	return ports
 }
 
 func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

@@ -20,7 +20,7 @@ import (
 func reloadSetup(t *testing.T, args ...string) (g *gateway, ca *testutil.CA, port int) {
 	t.Helper()
 	ca = testutil.NewCA(t)
-	port = freePorts(t, 1)[0]
+	port = testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", gatewayYAML(passthrough("tls", port, "")))
 	writeFile(t, dir, "backends.yaml", docs(

@@ -21,7 +21,7 @@ func TestPassthrough(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
 	certA, certB := ca.Issue(t, "a.test"), ca.Issue(t, "b.test")
-	port := freePorts(t, 1)[0]
+	port := testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(
 		gatewayYAML(passthrough("tls", port, "")),
@@ -85,7 +85,7 @@ func TestPassthroughTrailingDot(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
 	cert := ca.Issue(t, "dot.test")
-	port := freePorts(t, 1)[0]
+	port := testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(
 		gatewayYAML(passthrough("tls", port, "")),
@@ -162,7 +162,7 @@ func TestTerminate(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
 	listenerCert := ca.Issue(t, "t.test", "*.wild.test")
-	port := freePorts(t, 1)[0]
+	port := testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(
 		gatewayYAML(terminate("tls", port, "", "cert-t")),
@@ -222,7 +222,7 @@ func TestMixedModesOnOnePort(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
 	backendCert, listenerCert := ca.Issue(t, "pt.test"), ca.Issue(t, "term.test")
-	port := freePorts(t, 1)[0]
+	port := testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(
 		gatewayYAML(passthrough("pt", port, "pt.test"), terminate("term", port, "term.test", "cert-term")),
@@ -258,7 +258,7 @@ func TestPortBoundary(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
 	certX, certY := ca.Issue(t, "x.test"), ca.Issue(t, "y.test")
-	ports := freePorts(t, 2)
+	ports := testutil.FreePorts(t, 2)
 	portA, portB := ports[0], ports[1]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(

@@ -19,7 +19,7 @@ func TestWeights(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
 	cert := ca.Issue(t, "w.test")
-	port := freePorts(t, 1)[0]
+	port := testutil.FreePorts(t, 1)[0]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(
 		gatewayYAML(passthrough("tls", port, "")),
@@ -96,7 +96,7 @@ func TestWeights(t *testing.T) {
 func TestHalfClose(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
-	ports := freePorts(t, 2)
+	ports := testutil.FreePorts(t, 2)
 	ptPort, termPort := ports[0], ports[1]
 	dir := configDir(t)
 	writeFile(t, dir, "gateway.yaml", docs(

@@ -9,9 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -26,36 +23,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/source/kubernetes"
-	"github.com/snigate/snigate/internal/testutil"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
-
-const repoRoot = "../.."
-
-// startAPIServer starts etcd and kube-apiserver with the CRDs exactly as `kubectl apply -k
-// config/default` installs them: config/crd rendered by kustomize, printer column patches
-// included.
-func startAPIServer(t *testing.T) *envtest.Environment {
-	t.Helper()
-	kubetest.RequireBinaries(t)
-	kubectl, err := exec.LookPath("kubectl")
-	testutil.Require(t, "kubectl (renders config/crd with kustomize)", err)
-	crds, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot, "config", "crd")).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize config/crd: %v", err)
-	}
-	crdFile := filepath.Join(t.TempDir(), "crds.yaml")
-	if err := os.WriteFile(crdFile, crds, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return kubetest.StartAPIServer(t, crdFile)
-}
 
 type recorder struct {
 	mu      sync.Mutex
@@ -143,29 +117,20 @@ func table(t *testing.T, cfg *rest.Config, path, name string) map[string]string 
 }
 
 func TestProvisionOnRealAPIServer(t *testing.T) {
-	env := startAPIServer(t)
 	scheme, err := kubernetes.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-
 	// The controller and the data plane run with the install manifests' RBAC and nothing
-	// more: a missing permission fails this test.
-	kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "controller", "namespace.yaml"))
-	for _, f := range []string{"service_account.yaml", "role.yaml", "leader_election_role.yaml", "dataplane.yaml"} {
-		kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "rbac", f))
-	}
-	kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "gatewayclass", "gatewayclass.yaml"))
-	as := func(user string) *rest.Config {
-		c := rest.CopyConfig(env.Config)
-		c.Impersonate = rest.ImpersonationConfig{UserName: user}
-		return c
-	}
+	// more: a missing permission fails this test. The CRDs are exactly as `kubectl apply -k
+	// config/default` installs them, printer column patches included.
+	cluster := kubetest.StartCluster(t, kubetest.ClusterOptions{
+		Options:   kubetest.Options{CRDs: kubetest.KustomizedCRDs(t)},
+		Scheme:    scheme,
+		Manifests: []string{"config/gatewayclass/gatewayclass.yaml"},
+	})
+	env, cl, as := cluster.Env, cluster.Client, cluster.As
+	ctx := context.Background()
 
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}); err != nil {
 		t.Fatal(err)
@@ -189,7 +154,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctrl, err := kubernetes.New(kubernetes.Config{
-		REST: as("system:serviceaccount:snigate-system:snigate"), Logger: log.With("process", "controller"),
+		REST: as(kubetest.ControllerUser), Logger: log.With("process", "controller"),
 		LeaderElection: true, LeaderElectionNamespace: "snigate-system",
 		// Generous: on a loaded machine the API server can take seconds to answer, and a lost
 		// lease stops the controller (a 3 s renew deadline failed a CI-like run under load).

@@ -3,15 +3,9 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/netip"
 	"strings"
@@ -20,28 +14,11 @@ import (
 
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/testutil"
 )
 
-// selfSigned returns a certificate for names, for in-process TLS backends.
-func selfSigned(t *testing.T, names ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-}
+// selfSigned returns a certificate for names that is its own CA, for in-process TLS servers.
+var selfSigned = testutil.SelfSigned
 
 // backend starts a TLS (cert set) or plain echo server that first writes its name.
 func backend(t *testing.T, name string, cert *tls.Certificate) netip.AddrPort {

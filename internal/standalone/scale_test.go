@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // The route-scale benchmarks reproduce issue 6's test (bench/cmd/runner/scale.go) in
@@ -48,10 +49,10 @@ func writeScaleFolder(tb testing.TB, dir string, port, exact, wild int) {
 		f.Close()
 	}
 	write("gateway.yaml", func(w io.Writer) {
-		fmt.Fprintf(w, "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: bench\n  namespace: default\nspec:\n  gatewayClassName: snigate\n  addresses:\n  - type: IPAddress\n    value: 127.0.0.1\n  listeners:\n  - name: pass\n    protocol: TLS\n    port: %d\n    tls:\n      mode: Passthrough\n", port)
+		io.WriteString(w, fixture.GatewayYAML("default", "bench", fixture.Passthrough("pass", port, "")))
 	})
 	write("backends.yaml", func(w io.Writer) {
-		fmt.Fprint(w, "apiVersion: v1\nkind: Service\nmetadata:\n  name: be\n  namespace: default\nspec:\n  ports:\n  - name: p\n    port: 443\n    protocol: TCP\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: be-1\n  namespace: default\n  labels:\n    kubernetes.io/service-name: be\naddressType: IPv4\nports:\n- name: p\n  port: 9\n  protocol: TCP\nendpoints:\n- addresses: [\"127.0.0.1\"]\n  conditions:\n    ready: true\n")
+		io.WriteString(w, fixture.ServiceYAML("default", "be", 443, 9, "127.0.0.1"))
 	})
 	hosts := make([]string, 0, exact+wild)
 	for i := range exact {
@@ -69,11 +70,10 @@ func writeRoutes(w io.Writer, prefix string, hosts []string) {
 		if n > 0 {
 			fmt.Fprint(w, "---\n")
 		}
-		fmt.Fprintf(w, "apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata:\n  name: %s-%d\n  namespace: default\nspec:\n  parentRefs:\n  - name: bench\n    sectionName: pass\n  hostnames:\n", prefix, n)
-		for _, h := range hosts[i:min(i+16, len(hosts))] {
-			fmt.Fprintf(w, "  - %q\n", h)
-		}
-		fmt.Fprint(w, "  rules:\n  - backendRefs:\n    - name: be\n      port: 443\n")
+		io.WriteString(w, fixture.TLSRouteYAML(fixture.TLSRoute{
+			Namespace: "default", Name: fmt.Sprintf("%s-%d", prefix, n), Gateway: "bench", Section: "pass",
+			Hostnames: hosts[i:min(i+16, len(hosts))], Backends: []fixture.BackendRef{fixture.To("be", 443)},
+		}))
 	}
 }
 
@@ -90,16 +90,6 @@ func writeChange(tb testing.TB, dir, host string) {
 	if err := os.Rename(tmp, filepath.Join(dir, "zz-change.yaml")); err != nil {
 		tb.Fatal(err)
 	}
-}
-
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func newScaleRunner(tb testing.TB, dir string) (*Runner, *proxy.Proxy) {
@@ -127,7 +117,7 @@ func timedLoad(b *testing.B, r *Runner, p *proxy.Proxy, host string) {
 
 // BenchmarkScaleStart is the first load of a process: nothing cached.
 func BenchmarkScaleStart(b *testing.B) {
-	port := freePort(b)
+	port := testutil.FreePort(b)
 	base := b.TempDir()
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
@@ -149,7 +139,7 @@ func BenchmarkScaleStart(b *testing.B) {
 // BenchmarkScaleChange is a reload after a one-route file was replaced.
 func BenchmarkScaleChange(b *testing.B) {
 	dir := b.TempDir()
-	writeScaleFolder(b, dir, freePort(b), scaleExact, scaleWild)
+	writeScaleFolder(b, dir, testutil.FreePort(b), scaleExact, scaleWild)
 	r, p := newScaleRunner(b, dir)
 	writeChange(b, dir, "change-0.bench.test")
 	if err := r.Load(); err != nil {
@@ -168,7 +158,7 @@ func BenchmarkScaleChange(b *testing.B) {
 // cannot rot unnoticed between the runs that use them).
 func TestScaleFolderReload(t *testing.T) {
 	dir := t.TempDir()
-	writeScaleFolder(t, dir, freePort(t), 2_000, 50)
+	writeScaleFolder(t, dir, testutil.FreePort(t), 2_000, 50)
 	r, p := newScaleRunner(t, dir)
 	if err := r.Load(); err != nil {
 		t.Fatal(err)
@@ -198,7 +188,7 @@ func TestScaleFolderReload(t *testing.T) {
 // is decoded.
 func BenchmarkScaleEditBigFile(b *testing.B) {
 	dir := b.TempDir()
-	writeScaleFolder(b, dir, freePort(b), scaleExact, scaleWild)
+	writeScaleFolder(b, dir, testutil.FreePort(b), scaleExact, scaleWild)
 	r, p := newScaleRunner(b, dir)
 	if err := r.Load(); err != nil {
 		b.Fatal(err)

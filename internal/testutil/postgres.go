@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // PGOptions configures StartPostgres. Every field is optional.
@@ -69,27 +70,9 @@ const (
 	pgAdmin = "postgres"
 )
 
-// PostgresBinDir returns the folder of the newest PostgreSQL server binaries: Debian's
-// /usr/lib/postgresql/<major>/bin, or the folder of initdb on PATH.
-func PostgresBinDir() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return pgDirVersion(dirs[i]) > pgDirVersion(dirs[j]) })
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			return d, nil
-		}
-	}
-	p, err := lookBinary("initdb")
-	if err != nil {
-		return "", fmt.Errorf("no PostgreSQL server (package postgresql): %w", err)
-	}
-	return filepath.Dir(p), nil
-}
-
-func pgDirVersion(binDir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return v
-}
+// PostgresBinDir returns the folder of the newest PostgreSQL server binaries
+// (fixture.PostgresBinDir).
+func PostgresBinDir() (string, error) { return fixture.PostgresBinDir() }
 
 // StartPostgres starts a private PostgreSQL and returns when it accepts connections. It is
 // stopped in t.Cleanup.
@@ -127,37 +110,24 @@ func StartPostgres(t testing.TB, o PGOptions) *Postgres {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hba := "" +
-		"local   all all                trust\n" +
-		"hostssl all all 127.0.0.1/32   scram-sha-256\n" +
-		"host    all all 127.0.0.1/32   reject\n" +
-		"hostssl all all ::1/128        scram-sha-256\n" +
-		"host    all all ::1/128        reject\n"
+	hba := fixture.PostgresHBA("scram-sha-256")
 	if err := writeFile(filepath.Join(p.DataDir, "pg_hba.conf"), []byte(hba), 0o600, owner); err != nil {
 		t.Fatal(err)
 	}
 
 	p.Port = withPortRetry(t, func(port int) error {
 		p.Port = port
-		conf := []string{
-			"listen_addresses = '127.0.0.1'",
-			fmt.Sprintf("port = %d", port),
-			fmt.Sprintf("unix_socket_directories = '%s'", p.SocketDir),
-			"ssl = on",
-			fmt.Sprintf("ssl_cert_file = '%s'", certPath),
-			fmt.Sprintf("ssl_key_file = '%s'", keyPath),
-			"password_encryption = 'scram-sha-256'",
-			"max_connections = 40",
-			"shared_buffers = 16MB",
-			"fsync = off",
-			"synchronous_commit = off",
-			"full_page_writes = off",
-			"log_connections = on",
-			"log_line_prefix = '%m [%p] %q%u@%d '",
+		conf := fixture.PostgresConfig{
+			Port: port, SocketDir: p.SocketDir, CertFile: certPath, KeyFile: keyPath,
+			MaxConnections: 40, SharedBuffers: "16MB",
+			Settings: append([]string{
+				"password_encryption = 'scram-sha-256'",
+				"log_connections = on",
+				"log_line_prefix = '%m [%p] %q%u@%d '",
+			}, o.Settings...),
 		}
-		conf = append(conf, o.Settings...)
 		// postgresql.auto.conf is read last and wins over postgresql.conf.
-		if err := writeFile(filepath.Join(p.DataDir, "postgresql.auto.conf"), []byte(strings.Join(conf, "\n")+"\n"), 0o600, owner); err != nil {
+		if err := writeFile(filepath.Join(p.DataDir, "postgresql.auto.conf"), []byte(conf.Conf()), 0o600, owner); err != nil {
 			return err
 		}
 		cmd := command(owner, dir, filepath.Join(binDir, "postgres"), "-D", p.DataDir)

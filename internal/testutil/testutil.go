@@ -16,13 +16,16 @@
 //
 // When the tests run as root (CI does), PostgreSQL runs as the "postgres" system user, since it
 // refuses to run as root, and MariaDB is started with --user=root.
+//
+// The certificates, the PostgreSQL configuration and the free ports come from
+// internal/testutil/fixture, which needs no testing.TB (the benchmark uses it too); this
+// package wraps what can fail there with t.Fatal.
 package testutil
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -33,6 +36,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // StartTimeout bounds how long a server may take to become ready.
@@ -101,25 +106,26 @@ func lookBinary(name string, dirs ...string) (string, error) {
 	return p, nil
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another process may
-// take it before the caller binds it; the Start functions retry with a new port when that
-// happens.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (fixture.FreePort).
+// Another process may take it before the caller binds it; the Start functions retry with a
+// new port when that happens.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	port, err := freePort()
+	port, err := fixture.FreePort()
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
 	return port
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// FreePorts returns n distinct free loopback ports (fixture.FreePorts).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports, err := fixture.FreePorts(n)
 	if err != nil {
-		return 0, err
+		t.Fatalf("free ports: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports
 }
 
 // errPortInUse marks a start attempt that lost its port to another process.

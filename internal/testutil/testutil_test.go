@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // fakeTB records what Require does instead of stopping the test.
@@ -137,6 +139,6 @@ func checkSerial(t *testing.T, what string, got *x509.Certificate, err error, wa
 		t.Fatalf("%s: %v", what, err)
 	}
 	if got.SerialNumber.Cmp(want.Serial) != 0 {
-		t.Fatalf("%s: served serial %s, want %s", what, serialHex(got.SerialNumber), want.SerialHex())
+		t.Fatalf("%s: served serial %s, want %s", what, fixture.SerialHex(got.SerialNumber), want.SerialHex())
 	}
 }

@@ -25,9 +25,9 @@ import (
 
 	"github.com/snigate/snigate/bench/internal/peers"
 	"github.com/snigate/snigate/bench/internal/pgsrv"
-	"github.com/snigate/snigate/bench/internal/pki"
 	"github.com/snigate/snigate/bench/internal/proc"
 	"github.com/snigate/snigate/bench/internal/report"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // params are the counts of one mode.
@@ -69,9 +69,9 @@ type env struct {
 	res    *report.Results
 	start  time.Time
 
-	ca                      *pki.CA
+	ca                      *fixture.CA
 	roots                   *x509.CertPool
-	tlsCert, termCert, pgCt *pki.Leaf
+	tlsCert, termCert, pgCt *fixture.Cert
 	port                    struct{ echo, bulk, plain, tls, pg int }
 
 	mu      sync.Mutex

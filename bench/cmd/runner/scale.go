@@ -16,6 +16,7 @@ import (
 	"github.com/snigate/snigate/bench/internal/procstat"
 	"github.com/snigate/snigate/bench/internal/report"
 	"github.com/snigate/snigate/bench/internal/wire"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // scaleKinds are the proxies of the route-scale test. sniproxy scans its table linearly with
@@ -46,7 +47,7 @@ func (e *env) scaleSetup() error {
 	routes, last := e.scaleRoutes()
 	st := &scaleState{routes: routes, last: last, insts: map[string]*instance{}}
 	for _, kind := range scaleKinds {
-		pass, err := freePort()
+		pass, err := fixture.FreePort()
 		if err != nil {
 			return err
 		}
@@ -54,7 +55,7 @@ func (e *env) scaleSetup() error {
 		bin := ""
 		if kind == "snigate" {
 			bin = e.bin.snigate
-			admin, err := freePort()
+			admin, err := fixture.FreePort()
 			if err != nil {
 				return err
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -18,9 +17,9 @@ import (
 	"github.com/snigate/snigate/bench/internal/load"
 	"github.com/snigate/snigate/bench/internal/peers"
 	"github.com/snigate/snigate/bench/internal/pgsrv"
-	"github.com/snigate/snigate/bench/internal/pki"
 	"github.com/snigate/snigate/bench/internal/proc"
 	"github.com/snigate/snigate/bench/internal/wire"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 func (e *env) setup(want func(string) bool) error {
@@ -31,22 +30,27 @@ func (e *env) setup(want func(string) bool) error {
 	os.Chmod(e.work, 0o755) // PostgreSQL (user postgres) and nginx workers read below it
 	log.Printf("work folder %s, mode %s, %d rounds", e.work, e.mode, e.rounds)
 
-	if e.ca, err = pki.NewCA(e.work); err != nil {
+	if e.ca, err = fixture.NewCA(); err != nil {
 		return err
 	}
-	e.roots = x509.NewCertPool()
-	e.roots.AppendCertsFromPEM(e.ca.PEM)
-	if e.tlsCert, err = e.ca.Issue(e.work, "tls", sniTLS); err != nil {
+	e.roots = e.ca.Pool()
+	if e.tlsCert, err = e.ca.Issue(sniTLS); err != nil {
 		return err
 	}
-	if e.termCert, err = e.ca.Issue(e.work, "term", sniTerm); err != nil {
+	if e.termCert, err = e.ca.Issue(sniTerm); err != nil {
 		return err
 	}
-	if e.pgCt, err = e.ca.Issue(e.work, "pg", sniPG); err != nil {
+	if e.pgCt, err = e.ca.Issue(sniPG); err != nil {
+		return err
+	}
+	// The backend reads its files itself; the peers and PostgreSQL get the certificates and
+	// write the files they need into their own folders.
+	tlsCertFile, tlsKeyFile, err := e.tlsCert.WriteFiles(e.work, "tls", 0o644)
+	if err != nil {
 		return err
 	}
 	for _, p := range []*int{&e.port.echo, &e.port.bulk, &e.port.plain, &e.port.tls, &e.port.pg} {
-		if *p, err = freePort(); err != nil {
+		if *p, err = fixture.FreePort(); err != nil {
 			return err
 		}
 	}
@@ -54,7 +58,7 @@ func (e *env) setup(want func(string) bool) error {
 	// Backends on CPU 0.
 	be, err := proc.Start("backend", []string{e.bin.backend,
 		"--echo", addr(e.port.echo), "--bulk", addr(e.port.bulk), "--plain", addr(e.port.plain),
-		"--tls", addr(e.port.tls), "--cert", e.tlsCert.CertFile, "--key", e.tlsCert.KeyFile,
+		"--tls", addr(e.port.tls), "--cert", tlsCertFile, "--key", tlsKeyFile,
 		"--max-lifetime", "20m"}, proc.Options{CPUs: "0", Dir: e.work, Log: e.path("backend.log")})
 	if err != nil {
 		return err
@@ -105,13 +109,13 @@ func (e *env) baseRoutes() []peers.Route {
 func (e *env) startProxy(kind string) error {
 	inst := e.proxies[kind]
 	if inst == nil {
-		pass, err := freePort()
+		pass, err := fixture.FreePort()
 		if err != nil {
 			return err
 		}
 		spec := peers.Spec{Dir: e.path(kind), Pass: addr(pass), Routes: e.baseRoutes()}
 		if kind != "sniproxy" {
-			term, err := freePort()
+			term, err := fixture.FreePort()
 			if err != nil {
 				return err
 			}
@@ -121,14 +125,14 @@ func (e *env) startProxy(kind string) error {
 		if e.pg != nil && (kind == "haproxy" || kind == "nginx") {
 			// The PostgreSQL comparison: these peers cannot answer the SSLRequest, so they
 			// forward the whole session unread, which is the least a proxy can do per statement.
-			fwd, err := freePort()
+			fwd, err := fixture.FreePort()
 			if err != nil {
 				return err
 			}
 			spec.Forward, spec.ForwardTo = addr(fwd), addr(e.port.pg)
 		}
 		if kind == "snigate" {
-			admin, err := freePort()
+			admin, err := fixture.FreePort()
 			if err != nil {
 				return err
 			}

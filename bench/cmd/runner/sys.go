@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -75,16 +74,6 @@ func versions(snigate, repo string) map[string]string {
 	pick("sniproxy", []string{"sniproxy", "-V"}, 1)
 	pick("postgresql", []string{"psql", "--version"}, 2)
 	return v
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }

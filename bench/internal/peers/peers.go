@@ -16,9 +16,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
-	"github.com/snigate/snigate/bench/internal/pki"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // Kinds are the proxies the harness knows, in report order.
@@ -37,7 +38,7 @@ type Spec struct {
 	Routes     []Route
 	Term       string // terminate listener; empty: none
 	TermRoutes []Route
-	TermCert   *pki.Leaf
+	TermCert   *fixture.Cert
 	// Forward is a plain TCP listener that forwards every connection, unread, to ForwardTo;
 	// empty: none. HAProxy and nginx only: it is how they carry a PostgreSQL session, whose
 	// SSLRequest comes before the ClientHello and which they can therefore not route by SNI.
@@ -127,6 +128,13 @@ func splitAddr(addr string) (host, port string) {
 	return addr[:i], addr[i+1:]
 }
 
+// port is the port of addr ("127.0.0.1:port"), 0 when it has none.
+func port(addr string) int {
+	_, p := splitAddr(addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
 // --- snigate -------------------------------------------------------------------------------
 
 func writeSnigate(binary string, s Spec) ([]string, error) {
@@ -137,74 +145,23 @@ func writeSnigate(binary string, s Spec) ([]string, error) {
 	if per <= 0 {
 		per = 16
 	}
-	_, passPort := splitAddr(s.Pass)
-	g := create(filepath.Join(s.Dir, "gateway.yaml"))
-	g.printf(`apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: bench
-  namespace: default
-spec:
-  gatewayClassName: snigate
-  addresses:
-  - type: IPAddress
-    value: 127.0.0.1
-  listeners:
-  - name: pass
-    protocol: TLS
-    port: %s
-    tls:
-      mode: Passthrough
-`, passPort)
+	listeners := []fixture.Listener{fixture.Passthrough("pass", port(s.Pass), "")}
 	if s.Term != "" {
-		_, termPort := splitAddr(s.Term)
-		g.printf(`  - name: term
-    protocol: TLS
-    port: %s
-    tls:
-      mode: Terminate
-      certificateRefs:
-      - name: term-cert
-`, termPort)
+		listeners = append(listeners, fixture.Terminate("term", port(s.Term), "", "term-cert"))
 	}
+	g := create(filepath.Join(s.Dir, "gateway.yaml"))
+	g.printf("%s", fixture.GatewayYAML("default", "bench", listeners...))
 	if err := g.close(); err != nil {
 		return nil, err
 	}
 
 	b := create(filepath.Join(s.Dir, "backends.yaml"))
 	for i, be := range backends(s.Routes, s.TermRoutes) {
-		host, port := splitAddr(be)
+		host, _ := splitAddr(be)
 		if i > 0 {
 			b.printf("---\n")
 		}
-		b.printf(`apiVersion: v1
-kind: Service
-metadata:
-  name: %[1]s
-  namespace: default
-spec:
-  ports:
-  - name: p
-    port: 443
-    protocol: TCP
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: %[1]s-1
-  namespace: default
-  labels:
-    kubernetes.io/service-name: %[1]s
-addressType: IPv4
-ports:
-- name: p
-  port: %[2]s
-  protocol: TCP
-endpoints:
-- addresses: ["%[3]s"]
-  conditions:
-    ready: true
-`, beName(be), port, host)
+		b.printf("%s", fixture.ServiceYAML("default", beName(be), 443, port(be), host))
 	}
 	if err := b.close(); err != nil {
 		return nil, err
@@ -218,8 +175,7 @@ endpoints:
 			return nil, err
 		}
 		sec := create(filepath.Join(s.Dir, "secret.yaml"))
-		sec.printf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: term-cert\n  namespace: default\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n%s  tls.key: |\n%s",
-			indent(string(s.TermCert.CertPEM), "    "), indent(string(s.TermCert.KeyPEM), "    "))
+		sec.printf("%s", fixture.TLSSecretYAML("default", "term-cert", s.TermCert))
 		if err := sec.close(); err != nil {
 			return nil, err
 		}
@@ -249,25 +205,14 @@ func writeTLSRoutes(path, prefix, section string, routes []Route, per int) error
 			if n > 0 {
 				w.printf("---\n")
 			}
-			w.printf("apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata:\n  name: %s-%d\n  namespace: default\nspec:\n  parentRefs:\n  - name: bench\n    sectionName: %s\n  hostnames:\n", prefix, n, section)
-			for _, h := range chunk {
-				w.printf("  - %q\n", h)
-			}
-			w.printf("  rules:\n  - backendRefs:\n    - name: %s\n      port: 443\n", beName(be))
+			w.printf("%s", fixture.TLSRouteYAML(fixture.TLSRoute{
+				Namespace: "default", Name: fmt.Sprintf("%s-%d", prefix, n), Gateway: "bench", Section: section,
+				Hostnames: chunk, Backends: []fixture.BackendRef{fixture.To(beName(be), 443)},
+			}))
 			n++
 		}
 	}
 	return w.close()
-}
-
-func indent(s, pre string) string {
-	var b strings.Builder
-	for _, line := range strings.SplitAfter(s, "\n") {
-		if line != "" {
-			b.WriteString(pre + line)
-		}
-	}
-	return b.String()
 }
 
 // --- HAProxy -------------------------------------------------------------------------------
@@ -321,12 +266,17 @@ frontend pass
 		if err := t.close(); err != nil {
 			return nil, err
 		}
+		// HAProxy's crt takes the certificate and its key in one file.
+		bundle := filepath.Join(s.Dir, "term-bundle.pem")
+		if err := os.WriteFile(bundle, append(append([]byte{}, s.TermCert.CertPEM...), s.TermCert.KeyPEM...), 0o644); err != nil {
+			return nil, err
+		}
 		w.printf(`
 frontend term
   bind %s ssl crt %s
   tcp-request content reject unless { ssl_fc_sni,lower,map(%s) -m found }
   use_backend %%[ssl_fc_sni,lower,map(%s)]
-`, s.Term, s.TermCert.BundleFile, tm, tm)
+`, s.Term, bundle, tm, tm)
 	}
 	if s.Forward != "" {
 		w.printf("\nlisten forward\n  bind %s\n  server s %s\n", s.Forward, s.ForwardTo)
@@ -371,6 +321,11 @@ stream {
 		for _, r := range s.TermRoutes {
 			w.printf("    %s %s;\n", r.Host, r.Backend)
 		}
+		// Readable by everyone: the workers read them after dropping privileges.
+		certFile, keyFile, err := s.TermCert.WriteFiles(s.Dir, "term", 0o644)
+		if err != nil {
+			return nil, err
+		}
 		w.printf(`    default unix:%[1]s/reject.sock;
   }
   server {
@@ -380,7 +335,7 @@ stream {
     ssl_protocols TLSv1.2 TLSv1.3;
     proxy_pass $termup;
   }
-`, s.Dir, s.Term, s.TermCert.CertFile, s.TermCert.KeyFile)
+`, s.Dir, s.Term, certFile, keyFile)
 	}
 	if s.Forward != "" {
 		w.printf("  server { listen %s; proxy_pass %s; proxy_half_close on; }\n", s.Forward, s.ForwardTo)

@@ -8,19 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/snigate/snigate/bench/internal/pki"
 	"github.com/snigate/snigate/internal/testutil"
 )
 
 func spec(t *testing.T, dir string) Spec {
-	ca, err := pki.NewCA(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue(dir, "term", "term.test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaf := testutil.NewCA(t).Issue(t, "term.test").Cert
 	return Spec{
 		Dir: filepath.Join(dir, "cfg"), Pass: "127.0.0.1:18443", Term: "127.0.0.1:18444", Admin: "127.0.0.1:18445",
 		Routes: []Route{

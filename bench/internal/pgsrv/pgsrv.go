@@ -1,7 +1,8 @@
 // Package pgsrv starts a private PostgreSQL for the benchmark: ssl=on with the harness'
 // certificate, listening on 127.0.0.1 only, its data in a temporary folder, run as the
-// postgres system user (the server refuses root). The harness is not a test, so it does not
-// use internal/testutil, whose helpers need a *testing.T.
+// postgres system user (the server refuses root). Its configuration files are the tests'
+// (internal/testutil/fixture), sized for pgbench; the harness is a program and not a test, so
+// it runs the server itself rather than through internal/testutil.
 package pgsrv
 
 import (
@@ -10,14 +11,12 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/snigate/snigate/bench/internal/pki"
 	"github.com/snigate/snigate/bench/internal/proc"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // Server is a running instance.
@@ -35,25 +34,12 @@ const (
 	User     = "postgres"
 )
 
-// BinDir finds the newest /usr/lib/postgresql/N/bin.
-func BinDir() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	slices.SortFunc(dirs, func(a, b string) int {
-		va, _ := strconv.Atoi(filepath.Base(filepath.Dir(a)))
-		vb, _ := strconv.Atoi(filepath.Base(filepath.Dir(b)))
-		return vb - va
-	})
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "postgres")); err == nil {
-			return d, nil
-		}
-	}
-	return "", fmt.Errorf("no PostgreSQL server found (install the postgresql package)")
-}
+// BinDir finds the newest PostgreSQL server binaries, /usr/lib/postgresql/N/bin.
+func BinDir() (string, error) { return fixture.PostgresBinDir() }
 
 // Start initializes and starts an instance on port in dir (created; must not exist yet),
 // pinned to cpus, with cert as its TLS certificate.
-func Start(dir string, port int, cert *pki.Leaf, cpus string) (*Server, error) {
+func Start(dir string, port int, cert *fixture.Cert, cpus string) (*Server, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -70,13 +56,11 @@ func Start(dir string, port int, cert *pki.Leaf, cpus string) (*Server, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
-	files := map[string][]byte{"server.crt": cert.CertPEM, "server.key": cert.KeyPEM}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			return nil, err
-		}
+	certFile, keyFile, err := cert.WriteFiles(dir, "server", 0o600)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range []string{dir, filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")} {
+	for _, p := range []string{dir, certFile, keyFile} {
 		if err := os.Chown(p, uid, gid); err != nil {
 			return nil, err
 		}
@@ -84,21 +68,11 @@ func Start(dir string, port int, cert *pki.Leaf, cpus string) (*Server, error) {
 	if err := s.run(filepath.Join(bin, "initdb"), "-D", data, "-U", User, "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
 		return nil, fmt.Errorf("initdb: %w", err)
 	}
-	hba := "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 reject\n"
-	conf := strings.Join([]string{
-		"listen_addresses = '127.0.0.1'",
-		fmt.Sprintf("port = %d", port),
-		fmt.Sprintf("unix_socket_directories = '%s'", dir),
-		"ssl = on",
-		fmt.Sprintf("ssl_cert_file = '%s/server.crt'", dir),
-		fmt.Sprintf("ssl_key_file = '%s/server.key'", dir),
-		"max_connections = 50",
-		"shared_buffers = 64MB",
-		"fsync = off",
-		"synchronous_commit = off",
-		"full_page_writes = off",
-		"", // trailing newline
-	}, "\n")
+	hba := fixture.PostgresHBA("trust")
+	conf := fixture.PostgresConfig{
+		Port: port, SocketDir: dir, CertFile: certFile, KeyFile: keyFile,
+		MaxConnections: 50, SharedBuffers: "64MB",
+	}.Conf()
 	for name, body := range map[string]string{"pg_hba.conf": hba, "postgresql.auto.conf": conf} {
 		p := filepath.Join(data, name)
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {

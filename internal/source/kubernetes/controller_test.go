@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,9 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/snapshot"
@@ -31,17 +28,6 @@ import (
 
 // repoRoot is the repository root, two folders above this package.
 const repoRoot = "../../.."
-
-// crdFiles lists the Gateway API CRDs that the install manifests carry (config/crd/standard),
-// without the ValidatingAdmissionPolicy file that sits beside them.
-func crdFiles(t *testing.T) []string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in config/crd/standard: %v", err)
-	}
-	return slices.DeleteFunc(files, func(f string) bool { return strings.Contains(filepath.Base(f), "_vap_") })
-}
 
 // The install manifests carry the standard-channel CRDs of the gateway-api module in go.mod,
 // byte for byte.
@@ -72,13 +58,6 @@ func TestInstalledCRDsMatchModule(t *testing.T) {
 			t.Errorf("%s: no bundle-version %s", filepath.Base(u), version)
 		}
 	}
-}
-
-// startAPIServer starts a private etcd and kube-apiserver with the Gateway API CRDs, stopped
-// in t.Cleanup. A missing binary skips the test, or fails it under CI=true.
-func startAPIServer(t *testing.T) *envtest.Environment {
-	t.Helper()
-	return kubetest.StartAPIServer(t, crdFiles(t)...)
 }
 
 func condition(conds []metav1.Condition, typ string, status metav1.ConditionStatus, reason string, gen int64) error {
@@ -113,26 +92,17 @@ func (r *recorder) get() *snapshot.Snapshot {
 }
 
 func TestControllerOnRealAPIServer(t *testing.T) {
-	env := startAPIServer(t)
 	scheme, err := Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-
 	// The controller runs as the ServiceAccount of the install manifests, with their RBAC
 	// and nothing more: a missing permission fails this test.
-	kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "controller", "namespace.yaml"))
-	for _, f := range []string{"service_account.yaml", "role.yaml", "leader_election_role.yaml"} {
-		kubetest.ApplyFile(t, cl, filepath.Join(repoRoot, "config", "rbac", f))
-	}
-	asSA := rest.CopyConfig(env.Config)
-	asSA.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:snigate-system:snigate"}
-	kubetest.ApplyFile(t, cl, "testdata/cluster.yaml")
+	cluster := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme})
+	cl := cluster.Client
+	ctx := context.Background()
+	asSA := cluster.As(kubetest.ControllerUser)
+	cluster.Apply(t, "testdata/cluster.yaml")
 	cert := testutil.NewCA(t).Issue(t, "*.example.test")
 	if err := cl.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "edge-cert"},

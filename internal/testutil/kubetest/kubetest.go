@@ -1,11 +1,19 @@
 // Package kubetest starts a real etcd and kube-apiserver for tests and helps them talk to it:
-// the API server that scripts/install-kube.sh builds, objects applied from YAML files, and a
-// polling wait for the controller's effects.
+// the API server that scripts/install-kube.sh builds, with the Gateway API CRDs and the
+// install manifests' RBAC, objects applied from YAML files, and a polling wait for the
+// controller's effects.
 //
-//	env := kubetest.StartAPIServer(t, crdFiles...) // stopped in t.Cleanup
-//	cl, _ := client.New(env.Config, client.Options{Scheme: scheme})
-//	kubetest.ApplyFile(t, cl, "config/rbac/role.yaml")
-//	kubetest.Eventually(t, 30*time.Second, "Gateway programmed", func() error { ... })
+// Most tests want StartCluster: an API server with the CRDs of config/crd/standard and the
+// RBAC of the install manifests (namespace snigate-system, the controller's ServiceAccount
+// and its roles), an admin client and config, and impersonation of the controller's
+// ServiceAccount, which has those permissions and no more:
+//
+//	cluster := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme}) // stopped in t.Cleanup
+//	cluster.Apply(t, "testdata/cluster.yaml")                                    // as admin
+//	ctrl, err := kubernetes.New(kubernetes.Config{REST: cluster.As(kubetest.ControllerUser), ...})
+//	kubetest.Eventually(t, 30*time.Second, "Gateway programmed", func() error { ... cluster.Client.Get(...) ... })
+//
+// StartAPIServer is the bare API server, for a test that brings its own RBAC or none.
 //
 // A missing binary skips the test, or fails it under CI=true (testutil.Require).
 package kubetest
@@ -17,12 +25,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -54,16 +68,28 @@ func RequireBinaries(t testing.TB) {
 	}
 }
 
-// StartAPIServer starts a private etcd and kube-apiserver with the CRDs of crdFiles
-// installed, and stops them in t.Cleanup.
-func StartAPIServer(t testing.TB, crdFiles ...string) *envtest.Environment {
+// Options configures StartAPIServer.
+type Options struct {
+	// CRDs are the files of the CRDs to install (StandardCRDs, KustomizedCRDs).
+	CRDs []string
+	// APIServerFlags are extra kube-apiserver flags, name without dashes → value, e.g.
+	// "disable-admission-plugins": "ServiceAccount".
+	APIServerFlags map[string]string
+}
+
+// StartAPIServer starts a private etcd and kube-apiserver with the CRDs of o.CRDs
+// installed, and stops them in t.Cleanup. Env.Config is an admin (system:masters) config.
+func StartAPIServer(t testing.TB, o Options) *envtest.Environment {
 	t.Helper()
 	RequireBinaries(t)
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    AssetsDir(),
-		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: crdFiles, ErrorIfPathMissing: true},
+		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: o.CRDs, ErrorIfPathMissing: true},
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	for name, value := range o.APIServerFlags {
+		env.ControlPlane.GetAPIServer().Configure().Append(name, value)
 	}
 	if _, err := env.Start(); err != nil {
 		t.Fatalf("starting kube-apiserver and etcd from %s: %v", AssetsDir(), err)
@@ -74,6 +100,132 @@ func StartAPIServer(t testing.TB, crdFiles ...string) *envtest.Environment {
 		}
 	})
 	return env
+}
+
+// RepoRoot is the repository's root folder: the nearest folder above the working directory
+// (a test's package folder) that holds go.mod.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// StandardCRDs lists the Gateway API CRDs that the install manifests carry
+// (config/crd/standard), without the ValidatingAdmissionPolicy file that sits beside them.
+func StandardCRDs(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(RepoRoot(t), "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in config/crd/standard: %v", err)
+	}
+	return slices.DeleteFunc(files, func(f string) bool { return strings.Contains(filepath.Base(f), "_vap_") })
+}
+
+// KustomizedCRDs renders the CRDs exactly as `kubectl apply -k config/default` installs them,
+// printer column patches included, into one file in a test temp dir. It needs kubectl (its
+// built-in kustomize).
+func KustomizedCRDs(t testing.TB) []string {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	testutil.Require(t, "kubectl (renders config/crd with kustomize)", err)
+	crds, err := exec.Command(kubectl, "kustomize", filepath.Join(RepoRoot(t), "config", "crd")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/crd: %v", err)
+	}
+	crdFile := filepath.Join(t.TempDir(), "crds.yaml")
+	if err := os.WriteFile(crdFile, crds, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{crdFile}
+}
+
+// ControllerUser is the controller's ServiceAccount in the install manifests.
+const ControllerUser = "system:serviceaccount:snigate-system:snigate"
+
+// ClusterOptions configures StartCluster.
+type ClusterOptions struct {
+	// Options of the API server. CRDs nil: StandardCRDs.
+	Options
+	// Scheme is the scheme of Cluster.Client; nil: client-go's (core types only).
+	Scheme *runtime.Scheme
+	// Manifests are more files to apply after the RBAC, relative to the repository root
+	// (e.g. config/gatewayclass/gatewayclass.yaml).
+	Manifests []string
+}
+
+// Cluster is an API server with the install manifests' RBAC applied.
+type Cluster struct {
+	Env *envtest.Environment
+	// Config is an admin (system:masters) config, for the test's own setup and checks.
+	Config *rest.Config
+	// Client is an admin client with ClusterOptions.Scheme.
+	Client client.Client
+	// Root is the repository root (RepoRoot).
+	Root string
+}
+
+// rbacFiles are the install manifests' RBAC: config/controller/namespace.yaml and every
+// file of config/rbac/kustomization.yaml.
+var rbacFiles = []string{
+	"config/controller/namespace.yaml",
+	"config/rbac/service_account.yaml",
+	"config/rbac/role.yaml",
+	"config/rbac/leader_election_role.yaml",
+	"config/rbac/dataplane.yaml",
+}
+
+// StartCluster starts an API server (StartAPIServer) and applies the install manifests'
+// RBAC: namespace snigate-system, the controller's ServiceAccount with its ClusterRole and
+// leader-election Role, and the data plane's ClusterRole. A controller that runs as
+// ControllerUser (Cluster.As) has those permissions and nothing more, so a permission the
+// manifests lack fails the test. Everything is stopped in t.Cleanup.
+func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
+	root := RepoRoot(t)
+	if o.CRDs == nil {
+		o.CRDs = StandardCRDs(t)
+	}
+	env := StartAPIServer(t, o.Options)
+	scheme := o.Scheme
+	if scheme == nil {
+		scheme = clientgoscheme.Scheme
+	}
+	cl, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Env: env, Config: env.Config, Client: cl, Root: root}
+	for _, f := range append(slices.Clone(rbacFiles), o.Manifests...) {
+		c.Apply(t, filepath.Join(root, f))
+	}
+	return c
+}
+
+// As returns a config that impersonates user (ControllerUser, or a data plane's
+// "system:serviceaccount:<namespace>:<name>"): what that identity may do is what RBAC grants
+// it.
+func (c *Cluster) As(user string) *rest.Config {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg
+}
+
+// Apply creates every object of a multi-document YAML file with the admin client (ApplyFile).
+func (c *Cluster) Apply(t testing.TB, path string) {
+	t.Helper()
+	ApplyFile(t, c.Client, path)
 }
 
 // ApplyFile creates every object of a multi-document YAML file.
