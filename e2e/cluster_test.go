@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +22,7 @@ import (
 // snigate_config_loads_total, and a route created in the cluster moves them.
 func TestClusterModeMetrics(t *testing.T) {
 	needBinary(t)
-	env := kubetest.StartAPIServer(t, gatewayCRDs(t)...)
+	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: kubetest.StandardCRDs(t)})
 	kubeconfig := writeKubeconfig(t, env)
 	cl, err := client.New(env.Config, client.Options{})
 	if err != nil {
@@ -120,16 +119,6 @@ func samples(text string) map[string]float64 {
 		}
 	}
 	return m
-}
-
-// gatewayCRDs lists the Gateway API CRDs of the install manifests.
-func gatewayCRDs(t *testing.T) []string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in config/crd/standard: %v", err)
-	}
-	return slices.DeleteFunc(files, func(f string) bool { return strings.Contains(filepath.Base(f), "_vap_") })
 }
 
 // writeKubeconfig writes a kubeconfig of a cluster admin of env for the binary.

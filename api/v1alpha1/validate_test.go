@@ -163,7 +163,7 @@ func TestValidate(t *testing.T) {
 // The CRD's schema and CEL rules on the real API server say the same as Validate for every
 // case.
 func TestValidationAgreesWithCRD(t *testing.T) {
-	env := kubetest.StartAPIServer(t, filepath.Join(repoRoot, "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml"))
+	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: []string{filepath.Join(repoRoot, "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml")}})
 	cl, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
