@@ -162,30 +162,32 @@ func decide(port *snapshot.Port, pre []byte, st *preambleState) (d decision, mor
 	}
 	if len(pre) > st.maxBytes {
 		// More than the cap was handed over already (the relay reads up to its buffer).
-		return d.reject(reasonTooLarge)
+		return d, d.reject(reasonTooLarge)
 	}
 	if len(pre) == 0 {
 		return d, true
 	}
+	// The helpers fill d in place: a decision is a few hundred bytes (the SNI), not worth
+	// copying on every call.
 	if st.phase == pgFirst && pre[0] != 0x16 {
-		d, more = decidePG(pre, d)
+		more = decidePG(pre, &d)
 	} else {
-		d, more = decideHello(port, pre, st, d)
+		more = decideHello(port, pre, st, &d)
 	}
 	if more && len(pre) >= st.maxBytes {
-		return d.reject(reasonTooLarge)
+		return d, d.reject(reasonTooLarge)
 	}
 	return d, more
 }
 
 // decideHello decides on a TLS ClientHello.
-func decideHello(port *snapshot.Port, pre []byte, st *preambleState, d decision) (decision, bool) {
+func decideHello(port *snapshot.Port, pre []byte, st *preambleState, d *decision) (more bool) {
 	var hello clienthello.Hello
 	err := st.parser.Parse(pre, &hello)
 	switch {
 	case err == nil:
 	case err == clienthello.ErrIncomplete:
-		return d, true
+		return true
 	case errors.Is(err, clienthello.ErrNotTLS):
 		return d.reject(reasonNotTLS)
 	default: // ErrMalformed, ErrNotClientHello, ErrTooLarge
@@ -214,16 +216,16 @@ func decideHello(port *snapshot.Port, pre []byte, st *preambleState, d decision)
 	default:
 		d.kind, d.listener, d.route, d.pgBridge = kindPassthrough, l, r, pgBridge
 	}
-	return d, false
+	return false
 }
 
 // decidePG decides on the first bytes of a TLS port's connection that are not a TLS record:
 // one of PostgreSQL's first packets, or garbage.
-func decidePG(pre []byte, d decision) (decision, bool) {
+func decidePG(pre []byte, d *decision) (more bool) {
 	kind, size, err := pgwire.Classify(pre)
 	switch {
 	case err == pgwire.ErrIncomplete:
-		return d, true
+		return true
 	case err != nil:
 		if pre[0] != 0 {
 			return d.reject(reasonNotTLS)
@@ -245,12 +247,12 @@ func decidePG(pre []byte, d decision) (decision, bool) {
 		d.kind, d.reply, d.consumed, d.next = kindPGNegotiate, replyGSSENCReject, size, pgFirst
 	case pgwire.KindStartup:
 		d.negotiation = negPostgresPlaintext
-		d, _ = d.reject(reasonPGPlaintext)
+		d.reject(reasonPGPlaintext)
 		d.reply = pgPlaintextError
 	case pgwire.KindCancelRequest:
 		d.negotiation = negPostgresCancel
 		if len(pre) < size {
-			return d, true
+			return true
 		}
 		if len(pre) > size {
 			return d.reject(reasonPGBadPacket)
@@ -259,12 +261,12 @@ func decidePG(pre []byte, d decision) (decision, bool) {
 	default: // KindTLS starts with 0x16, which decide parses as a ClientHello
 		return d.reject(reasonNotTLS)
 	}
-	return d, false
+	return false
 }
 
 // reject turns d into a rejection for reason, keeping its negotiation and SNI (they are
-// logged with it).
-func (d decision) reject(reason outcome) (decision, bool) {
+// logged with it). It returns false (decided), for the helpers' returns.
+func (d *decision) reject(reason outcome) bool {
 	d.kind, d.reason = kindReject, reason
-	return d, false
+	return false
 }

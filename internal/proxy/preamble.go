@@ -65,7 +65,7 @@ func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte
 				return d, buf[:n]
 			}
 			if _, err := c.client.Write(d.reply); err != nil {
-				d, _ = d.reject(reasonClientGone)
+				d.reject(reasonClientGone)
 				return d, buf[:n]
 			}
 			n = copy(buf, buf[d.consumed:n])
@@ -77,7 +77,7 @@ func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte
 				if errors.Is(rerr, os.ErrDeadlineExceeded) {
 					reason = reasonTimeout
 				}
-				d, _ = d.reject(reason)
+				d.reject(reason)
 				return d, buf[:n]
 			}
 			if n == len(buf) {
