@@ -144,7 +144,7 @@ func (d *decision) sni() []byte {
 //
 // It fails closed: a TLS port's connection without an SNI, with an SNI no listener and route
 // serves, with bytes that are neither TLS nor a PostgreSQL request, with a malformed
-// ClientHello, or with more than st.maxBytes bytes before a decision is rejected, and no
+// ClientHello, or that needs more than st.maxBytes bytes to be decided is rejected, and no
 // reject but postgres_plaintext_refused writes a byte.
 //
 // port must not be nil: a connection to a port that left the snapshot is the caller's to
@@ -160,9 +160,12 @@ func decide(port *snapshot.Port, pre []byte, st *preambleState) (d decision, mor
 	if st.phase == pgAfterSSLRequest {
 		d.negotiation = negPostgres
 	}
+	held := len(pre)
 	if len(pre) > st.maxBytes {
-		// More than the cap was handed over already (the relay reads up to its buffer).
-		return d, d.reject(reasonTooLarge)
+		// The decision must come within the cap; what follows a complete ClientHello (early
+		// data, a ChangeCipherSpec) goes along without counting. The relay reads up to its
+		// buffer, past a smaller cap.
+		pre = pre[:st.maxBytes]
 	}
 	if len(pre) == 0 {
 		return d, true
@@ -170,7 +173,7 @@ func decide(port *snapshot.Port, pre []byte, st *preambleState) (d decision, mor
 	// The helpers fill d in place: a decision is a few hundred bytes (the SNI), not worth
 	// copying on every call.
 	if st.phase == pgFirst && pre[0] != 0x16 {
-		more = decidePG(pre, &d)
+		more = decidePG(pre, held, &d)
 	} else {
 		more = decideHello(port, pre, st, &d)
 	}
@@ -220,8 +223,9 @@ func decideHello(port *snapshot.Port, pre []byte, st *preambleState, d *decision
 }
 
 // decidePG decides on the first bytes of a TLS port's connection that are not a TLS record:
-// one of PostgreSQL's first packets, or garbage.
-func decidePG(pre []byte, d *decision) (more bool) {
+// one of PostgreSQL's first packets, or garbage. held is how many bytes there are in all,
+// pre being cut at the cap: a byte after a request is refused wherever it is.
+func decidePG(pre []byte, held int, d *decision) (more bool) {
 	kind, size, err := pgwire.Classify(pre)
 	switch {
 	case err == pgwire.ErrIncomplete:
@@ -235,7 +239,7 @@ func decidePG(pre []byte, d *decision) (more bool) {
 	switch kind {
 	case pgwire.KindSSLRequest:
 		d.negotiation = negPostgres
-		if len(pre) > size {
+		if held > size {
 			// Bytes sent ahead of the TLS handshake would reach the backend as if they came
 			// from inside TLS (CVE-2021-23214 class).
 			return d.reject(reasonPGSmuggled)
@@ -254,7 +258,7 @@ func decidePG(pre []byte, d *decision) (more bool) {
 		if len(pre) < size {
 			return true
 		}
-		if len(pre) > size {
+		if held > size {
 			return d.reject(reasonPGBadPacket)
 		}
 		d.kind, d.consumed = kindPGCancel, size

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/snigate/snigate/internal/clienthello"
 	"github.com/snigate/snigate/internal/pgwire"
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
@@ -207,6 +209,8 @@ func TestDecide(t *testing.T) {
 		// always was.
 		{name: "malformed: announces more than 64 KiB", pre: huge,
 			want: want{kind: kindReject, reason: reasonMalformed, negotiation: negTLS}},
+		{name: "passthrough, early data past the cap goes along", maxBytes: 4096, pre: cat(db, make([]byte, 8000)),
+			want: want{kind: kindPassthrough, negotiation: negTLS, listener: "gw/pass", route: "db", sni: "db.example.com"}},
 		{name: "too large: complete, but over the cap", maxBytes: 4096, pre: oversized,
 			want: want{kind: kindReject, reason: reasonTooLarge, negotiation: negTLS}},
 		{name: "too large: incomplete at the cap", maxBytes: 1000, pre: db[:1000],
@@ -224,6 +228,10 @@ func TestDecide(t *testing.T) {
 			want: want{kind: kindReject, reason: reasonPGSmuggled, negotiation: negPostgres}},
 		{name: "postgres bytes after SSLRequest: a whole hello", pre: cat(sslRequest, db),
 			want: want{kind: kindReject, reason: reasonPGSmuggled, negotiation: negPostgres}},
+		{name: "postgres bytes after SSLRequest, past a tiny cap", maxBytes: 8, pre: cat(sslRequest, db),
+			want: want{kind: kindReject, reason: reasonPGSmuggled, negotiation: negPostgres}},
+		{name: "postgres bad packet: bytes after a CancelRequest, past the cap", maxBytes: 16, pre: cat(cancelRequest, []byte{0}),
+			want: want{kind: kindReject, reason: reasonPGBadPacket, negotiation: negPostgresCancel}},
 		{name: "postgres bad packet: SSLRequest of length 9", pre: []byte{0, 0, 0, 9, 0x04, 0xd2, 0x16, 0x2f, 0},
 			want: want{kind: kindReject, reason: reasonPGBadPacket, negotiation: negTLS}},
 		{name: "postgres bad packet: unknown request code", pre: []byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x99},
@@ -590,4 +598,248 @@ func FuzzPostgresPreamble(f *testing.F) {
 			}
 		}
 	})
+}
+
+// segments is a client's bytes as they arrive: each Read returns what fits of the next
+// segment, and once they ran out, a timeout.
+type segments [][]byte
+
+func (s *segments) read(b []byte) (int, error) {
+	for len(*s) > 0 && len((*s)[0]) == 0 {
+		*s = (*s)[1:]
+	}
+	if len(*s) == 0 {
+		return 0, os.ErrDeadlineExceeded
+	}
+	n := copy(b, (*s)[0])
+	(*s)[0] = (*s)[0][n:]
+	return n, nil
+}
+
+// settled is where a connection's preamble ends, as the access log and metrics see it.
+type settled struct {
+	kind        decisionKind
+	reason      outcome
+	negotiation negotiation
+	sni         string
+	pgBridge    bool
+	replies     string
+	pre         string // the bytes forwarded (passthrough, terminate, https) or the cancel packet
+}
+
+// readModel is readPreamble's loop on segments instead of a socket: the same buffer sizes,
+// growth and order of reading, answering and deciding.
+func readModel(port *snapshot.Port, maxBytes int, in segments) settled {
+	st := preambleState{maxBytes: maxBytes}
+	var replies []byte
+	buf := make([]byte, 4096)
+	n := 0
+	d, more := decide(port, nil, &st)
+	var rerr error
+	for {
+		if !more {
+			if d.kind != kindPGNegotiate {
+				break
+			}
+			replies = append(replies, d.reply...)
+			n = copy(buf, buf[d.consumed:n])
+			st.phase = d.next
+		} else {
+			if rerr != nil {
+				d.reject(reasonTimeout)
+				break
+			}
+			if n == len(buf) {
+				nb := make([]byte, min(2*len(buf), st.maxBytes))
+				copy(nb, buf[:n])
+				buf = nb
+			}
+			var k int
+			k, rerr = in.read(buf[n:])
+			n += k
+		}
+		d, more = decide(port, buf[:n], &st)
+	}
+	s := settled{kind: d.kind, reason: d.reason, negotiation: d.negotiation, sni: string(d.sni()),
+		pgBridge: d.pgBridge, replies: string(replies)}
+	switch d.kind {
+	case kindPassthrough, kindTerminate, kindHTTPS:
+		s.pre = string(buf[:n])
+	case kindPGCancel:
+		s.pre = string(buf[:d.consumed])
+	}
+	return s
+}
+
+// oldReadModel is the goroutine path as it was before decide (readPreamble reading and
+// deciding in one loop, then handle's SNI lookup), on segments: the oracle that decide
+// changed no outcome.
+func oldReadModel(port *snapshot.Port, max int, in segments) settled {
+	var (
+		parser  clienthello.Parser
+		hello   clienthello.Hello
+		replies []byte
+		neg     = negTLS
+		pgSSL   bool
+		pgPhase int
+		buf     = make([]byte, 4096)
+		n       int
+	)
+	reject := func(r outcome) settled {
+		return settled{kind: kindReject, reason: r, negotiation: neg, replies: string(replies)}
+	}
+	for {
+		if n == len(buf) {
+			if n >= max {
+				return reject(reasonTooLarge)
+			}
+			nb := make([]byte, min(2*len(buf), max))
+			copy(nb, buf[:n])
+			buf = nb
+		}
+		k, err := in.read(buf[n:])
+		n += k
+	decide:
+		for k > 0 && n > 0 {
+			if pgPhase == 0 && buf[0] != 0x16 {
+				kind, size, perr := pgwire.Classify(buf[:n])
+				if errors.Is(perr, pgwire.ErrIncomplete) {
+					break decide
+				}
+				if perr != nil {
+					if buf[0] != 0 {
+						return reject(reasonNotTLS)
+					}
+					return reject(reasonPGBadPacket)
+				}
+				switch kind {
+				case pgwire.KindSSLRequest:
+					neg = negPostgres
+					if n > size {
+						return reject(reasonPGSmuggled)
+					}
+					replies = append(replies, 'S')
+					pgSSL, pgPhase, n = true, 1, 0
+					break decide
+				case pgwire.KindGSSENCRequest:
+					replies = append(replies, 'N')
+					n = copy(buf, buf[size:n])
+					continue
+				case pgwire.KindStartup:
+					neg = negPostgresPlaintext
+					return reject(reasonPGPlaintext)
+				case pgwire.KindCancelRequest:
+					neg = negPostgresCancel
+					if n < size {
+						break decide
+					}
+					if n > size {
+						return reject(reasonPGBadPacket)
+					}
+					return settled{kind: kindPGCancel, negotiation: neg, replies: string(replies), pre: string(buf[:n])}
+				}
+			}
+			if pgPhase == 0 {
+				pgPhase = 2
+			}
+			perr := parser.Parse(buf[:n], &hello)
+			switch {
+			case perr == nil:
+				if pgPhase == 2 && hello.HasALPN("postgresql") {
+					neg, pgSSL = negPostgresDirect, true
+				}
+				var sniBuf [snapshot.MaxHostnameLen]byte
+				sni, ok := snapshot.NormalizeSNI(sniBuf[:], hello.SNI)
+				if !ok {
+					return reject(reasonNoSNI)
+				}
+				s := settled{negotiation: neg, sni: string(sni), replies: string(replies), pre: string(buf[:n])}
+				l, r := port.Lookup(sni)
+				switch {
+				case l != nil && l.HTTP != nil:
+					s.kind, s.negotiation = kindHTTPS, negHTTPS
+				case l == nil || r == nil:
+					return settled{kind: kindReject, reason: reasonUnknownSNI, negotiation: neg, sni: string(sni), replies: string(replies)}
+				case l.Mode == snapshot.ModeTerminate:
+					s.kind = kindTerminate
+				default:
+					s.kind, s.pgBridge = kindPassthrough, pgSSL
+				}
+				return s
+			case errors.Is(perr, clienthello.ErrIncomplete):
+				break decide
+			case errors.Is(perr, clienthello.ErrNotTLS):
+				return reject(reasonNotTLS)
+			default:
+				return reject(reasonMalformed)
+			}
+		}
+		if err != nil {
+			return reject(reasonTimeout)
+		}
+	}
+}
+
+// FuzzDecideAgainstOld checks that the goroutine path settles every connection exactly as
+// it did before the decision was one function: same kind, reason, negotiation, SNI,
+// answers and forwarded bytes, whatever the bytes and however they are cut.
+func FuzzDecideAgainstOld(f *testing.F) {
+	decideSeeds(f)
+	port := decidePort()
+	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
+		var segs segments
+		size := 1 + int(step)
+		for rest := in; len(rest) > 0; {
+			k := min(size, len(rest))
+			segs = append(segs, rest[:k])
+			rest = rest[k:]
+			size = 1 + (size*7+int(step))%2000
+		}
+		maxBytes := 64 << 10
+		if step&1 != 0 {
+			maxBytes = 4096
+		}
+		// Each model consumes its segments: give each its own copy of the slice headers.
+		got := readModel(port, maxBytes, append(segments(nil), segs...))
+		want := oldReadModel(port, maxBytes, append(segments(nil), segs...))
+		if got != want {
+			t.Fatalf("decide: %+v\nbefore: %+v", got, want)
+		}
+		// On the relay's loops: the connections relayed there are the ones they were.
+		if len(in) > 16<<10 {
+			in = in[:16<<10] // the relay's buffer
+		}
+		st := preambleState{maxBytes: maxBytes}
+		d, more := decide(port, in, &st)
+		relayed := !more && d.kind == kindPassthrough && !d.pgBridge
+		l, r, sni := oldRoute(port, maxBytes, in)
+		if relayed != (l != nil) || relayed && (d.listener != l || d.route != r || string(d.sni()) != sni) {
+			t.Fatalf("relayed %v to %v %v %q; before: %v %v %q", relayed, d.listener, d.route, d.sni(), l, r, sni)
+		}
+	})
+}
+
+// oldRoute is router.Route as it was before decide: the listener and route it connected
+// a passthrough connection to, or nil.
+func oldRoute(port *snapshot.Port, maxBytes int, pre []byte) (*snapshot.Listener, *snapshot.Route, string) {
+	if len(pre) == 0 || pre[0] != 0x16 {
+		return nil, nil, ""
+	}
+	var (
+		hello  clienthello.Hello
+		parser = clienthello.Parser{MaxLen: maxBytes}
+	)
+	if err := parser.Parse(pre, &hello); err != nil || hello.HasALPN("postgresql") {
+		return nil, nil, ""
+	}
+	var sniBuf [snapshot.MaxHostnameLen]byte
+	sni, ok := snapshot.NormalizeSNI(sniBuf[:], hello.SNI)
+	if !ok {
+		return nil, nil, ""
+	}
+	l, r := port.Lookup(sni)
+	if l == nil || r == nil || l.HTTP != nil || l.Mode == snapshot.ModeTerminate {
+		return nil, nil, ""
+	}
+	return l, r, string(sni)
 }
