@@ -26,7 +26,7 @@ var pgPlaintextError = pgwire.ErrorResponse(pgwire.SQLStateInvalidAuthorization,
 //
 // It returns a final decision (never kindUndecided or kindPGNegotiate) and the bytes it
 // applies to: the ClientHello and anything after it exactly as read, after any PostgreSQL
-// requests (answered here and not forwarded). They are already, or the pooled c.helloBuf.
+// requests (answered here and not forwarded), in c.helloBuf (nil for a TCP or HTTP port).
 func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte) (decision, []byte) {
 	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes}
 	var (
