@@ -20,6 +20,9 @@ fuzz FuzzParse ./internal/clienthello/
 fuzz FuzzStdlib ./internal/clienthello/
 fuzz FuzzClassify ./internal/pgwire/
 fuzz FuzzParseCancel ./internal/pgwire/
+fuzz FuzzDecide ./internal/proxy/
+fuzz FuzzPostgresPreamble ./internal/proxy/
+fuzz FuzzDecideAgainstOld ./internal/proxy/
 fuzz FuzzDecode ./internal/source/file/
 fuzz FuzzToJSON ./internal/source/file/blockyaml/
 fuzz FuzzDecodeTLSRoute ./internal/source/file/

@@ -21,23 +21,6 @@ import (
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
-// Reject reasons, as they appear in logs and in the reason label of
-// snigate_rejected_connections_total.
-const (
-	reasonNoSNI        = "no_sni"
-	reasonUnknownSNI   = "unknown_sni"
-	reasonNotTLS       = "not_tls"
-	reasonMalformed    = "malformed_hello"
-	reasonTimeout      = "hello_timeout"
-	reasonTooLarge     = "hello_too_large"
-	reasonClientGone   = "client_closed"
-	reasonNoBackend    = "no_backend"
-	reasonDialFailed   = "dial_failed"
-	reasonLimit        = "limit"
-	reasonHandshake    = "tls_handshake_failed"
-	reasonBackendNoTLS = "backend_refused_tls"
-)
-
 // helloBufs holds the buffers ClientHellos are read into. A buffer lives only until the
 // connection is routed, so a busy proxy needs few of them.
 var helloBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
@@ -56,7 +39,10 @@ type conn struct {
 	backend   *net.TCPConn
 	tlsConn   *tls.Conn
 
-	negotiation string
+	negotiation negotiation
+	// decided is the relay router's decision, handed over with the socket (router.Route),
+	// until handle takes it; nil when the relay gave the socket back undecided.
+	decided *decision
 	// pgBridge makes the backend side do PostgreSQL's SSLRequest exchange before the
 	// ClientHello is written (see package pgwire).
 	pgBridge bool
@@ -86,8 +72,10 @@ type conn struct {
 	onEnd      []func()
 }
 
-// end releases what the connection held in the proxy's books; it runs exactly once.
-func (c *conn) end() {
+// unregister takes the connection out of the proxy's books (its onEnd hooks, the port's
+// active count and gauge, the set Shutdown drains); it runs exactly once per connection,
+// after its sockets were closed and its outcome recorded.
+func (c *conn) unregister() {
 	for _, f := range c.onEnd {
 		f()
 	}
@@ -102,7 +90,7 @@ func (c *conn) end() {
 
 // newConn registers a connection just accepted from peer.
 func (p *Proxy) newConn(pl *portListener, peer netip.AddrPort) *conn {
-	c := &conn{p: p, pl: pl, peer: peer, start: time.Now(), negotiation: "tls"}
+	c := &conn{p: p, pl: pl, peer: peer, start: time.Now(), negotiation: negTLS}
 	p.connMu.Lock()
 	p.connSet[c] = struct{}{}
 	p.connMu.Unlock()
@@ -117,8 +105,8 @@ func (c *conn) serveFD(fd int, pre []byte) {
 	if err != nil {
 		unix.Close(fd)
 		c.p.log.Warn("accepted socket unusable", "address", c.pl.addr, "error", err)
-		c.p.rejected(c.pl.addr, c.peer.String(), "accept_failed", "", c.start, c.negotiation)
-		c.end()
+		c.p.rejected(c.pl.addr, c.peer.String(), reasonAcceptFailed, "", c.start, c.negotiation)
+		c.unregister()
 		return
 	}
 	// net.FileConn turned Go's default keepalive on: put the listener's setting back.
@@ -134,91 +122,73 @@ func (c *conn) serveFD(fd int, pre []byte) {
 	if closing {
 		// A drain cut-off came while the relay held the socket.
 		client.Close()
-		c.finish(relay.OutcomeShutdown)
-		c.end()
+		c.closeAndRecord(outcomeShutdown)
+		c.unregister()
 		return
 	}
 	port := c.p.snap.Load().Port(c.pl.addr)
 	if port == nil {
 		client.SetLinger(0)
 		client.Close()
-		c.end()
+		c.unregister()
 		return
 	}
 	c.handle(port, pre)
 }
 
-// handle serves a connection with Go's net package: the paths the relay's router declines
-// (terminated TLS, HTTP, PostgreSQL's negotiation, rejections). pre holds the bytes read
-// from the client already.
+// handle serves a connection with Go's net package: the decisions the relay's router does
+// not carry itself (terminated TLS, HTTP, PostgreSQL's negotiation, rejections), or any
+// connection not adopted by the relay. already holds the bytes read from the client; the
+// relay's decision on them, if it made one, is in c.decided.
 func (c *conn) handle(port *snapshot.Port, already []byte) {
 	p, pl, client := c.p, c.pl, c.client
 	defer func() {
 		if !c.async {
-			c.end()
+			c.unregister()
 		}
 	}()
-
-	if port.Protocol == snapshot.ProtocolTCP {
-		c.negotiation = "tcp"
-		c.forward(port.TCP, nil, nil)
-		return
-	}
-	if port.Protocol == snapshot.ProtocolHTTP {
-		c.servePlainHTTP()
-		return
-	}
-
-	if len(already) <= 4096 {
-		c.helloBuf = helloBufs.Get().(*[]byte)
-	} else {
-		b := make([]byte, len(already))
-		c.helloBuf = &b
-	}
 	defer c.releaseHello()
-	pre, reason := c.readPreamble(*c.helloBuf, copy(*c.helloBuf, already))
-	if reason != "" {
-		if reason == reasonTimeout && len(pre.buf) == 0 && c.negotiation == "tls" {
+	first := c.decided
+	c.decided = nil
+	d, pre := c.readPreamble(port, first, already)
+	c.negotiation = d.negotiation
+	switch d.kind {
+	case kindReject:
+		if d.reason == reasonTimeout && len(pre) == 0 && d.negotiation == negTLS {
 			// The client sent nothing at all: it is most likely waiting for the server to
 			// speak first (MySQL, MariaDB, NATS without handshake_first), which SNI routing
 			// cannot serve. Say so once per connection, next to the access log line.
 			p.log.Warn("client sent nothing before the hello timeout; server-speaks-first protocols (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose them on a TCP listener with a TCPRoute",
 				"client", client.RemoteAddr().String(), "address", pl.addr)
 		}
-		p.reject(pl.addr, client, reason, c.sni, c.start, c.negotiation)
-		return
-	}
-	if pre.cancel != nil {
-		c.forwardCancel(pre.cancel)
-		return
-	}
-	var sniBuf [snapshot.MaxHostnameLen]byte
-	sni, ok := snapshot.NormalizeSNI(sniBuf[:], pre.hello.SNI)
-	if !ok {
-		p.reject(pl.addr, client, reasonNoSNI, "", c.start, c.negotiation)
-		return
-	}
-	c.sni = string(sni)
-	l, r := port.Lookup(sni)
-	if l != nil && l.HTTP != nil {
-		// An HTTPS listener: HTTP routing happens per request, by the Host header.
+		if d.reply != nil {
+			client.Write(d.reply)
+		}
+		p.reject(pl.addr, client, d.reason, string(d.sni()), c.start, c.negotiation)
+	case kindTCP:
+		c.forward(d.listener, d.route, pre)
+	case kindHTTP:
+		c.servePlainHTTP()
+	case kindPGCancel:
+		c.forwardCancel(append([]byte(nil), pre[:d.consumed]...))
+	case kindHTTPS:
+		c.sni = string(d.sni())
 		p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
-		c.serveHTTPS(l, pre.buf)
-		return
-	}
-	if l == nil || r == nil {
-		p.reject(pl.addr, client, reasonUnknownSNI, c.sni, c.start, c.negotiation)
-		return
-	}
-	c.listener = l.Name
-	p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
-
-	switch l.Mode {
-	case snapshot.ModeTerminate:
-		c.terminate(l, r, pre.buf)
+		c.serveHTTPS(d.listener, pre)
+	case kindTerminate:
+		c.sni, c.listener = string(d.sni()), d.listener.Name
+		p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
+		c.terminate(d.listener, d.route, pre)
+	case kindPassthrough:
+		c.sni, c.listener = string(d.sni()), d.listener.Name
+		p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
+		c.pgBridge = d.pgBridge
+		c.forward(d.listener, d.route, pre)
 	default:
-		c.pgBridge = pre.pgSSL
-		c.forward(l, r, pre.buf)
+		// readPreamble returns only final decisions: a kind nobody acts on is closed like a
+		// reject, never served.
+		p.log.Error("connection left undecided", "address", pl.addr, "kind", d.kind.String())
+		p.reject(pl.addr, client, reasonMalformed, "", c.start, c.negotiation)
 	}
 }
 
@@ -230,18 +200,18 @@ func (c *conn) releaseHello() {
 }
 
 // reject closes a connection without writing a byte, and counts and logs why.
-func (p *Proxy) reject(addr string, c *net.TCPConn, reason, sni string, start time.Time, negotiation string) {
+func (p *Proxy) reject(addr string, c *net.TCPConn, reason outcome, sni string, start time.Time, negotiation negotiation) {
 	c.Close()
 	p.rejected(addr, c.RemoteAddr().String(), reason, sni, start, negotiation)
 }
 
 // rejected counts and logs a connection closed without a byte written.
-func (p *Proxy) rejected(addr, client, reason, sni string, start time.Time, negotiation string) {
-	p.m.Rejected.WithLabelValues(reason).Inc()
-	p.m.Connections.WithLabelValues(addr, "", "", negotiation, reason).Inc()
+func (p *Proxy) rejected(addr, client string, reason outcome, sni string, start time.Time, negotiation negotiation) {
+	p.m.Rejected.WithLabelValues(string(reason)).Inc()
+	p.m.Connections.WithLabelValues(addr, "", "", string(negotiation), string(reason)).Inc()
 	if p.opts.AccessLog {
 		p.log.Info("connection rejected", "client", client, "address", addr,
-			"negotiation", negotiation, "sni", sni, "outcome", reason,
+			"negotiation", string(negotiation), "sni", sni, "outcome", string(reason),
 			"duration", time.Since(start))
 	}
 }
@@ -332,8 +302,8 @@ func (c *conn) dialGo(ep netip.AddrPort) error {
 }
 
 // connectBackend picks and dials a backend of r with one (dialGo, or the relay's dial),
-// recording names for logs. It returns a reject reason on failure.
-func (c *conn) connectBackend(r *snapshot.Route, one func(netip.AddrPort) error) string {
+// recording names for logs. It returns a reject reason on failure, "" on success.
+func (c *conn) connectBackend(r *snapshot.Route, one func(netip.AddrPort) error) outcome {
 	c.route = r.Name
 	b := pick(r)
 	if b == nil {
@@ -363,7 +333,7 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface []byte) 
 	rl, err := c.p.relay()
 	if err != nil {
 		c.p.log.Error("relay unavailable", "error", err)
-		c.p.reject(c.pl.addr, c.client, "relay_failed", c.sni, c.start, c.negotiation)
+		c.p.reject(c.pl.addr, c.client, reasonRelayFailed, c.sni, c.start, c.negotiation)
 		return
 	}
 	expectTLS := l.Mode == snapshot.ModePassthrough
@@ -397,7 +367,7 @@ func (c *conn) handOver(start func() (*relay.Pair, error)) {
 	if err != nil {
 		c.async = false
 		c.p.log.Error("relay refused a connection", "error", err)
-		c.finish("relay_failed")
+		c.closeAndRecord(reasonRelayFailed)
 		return
 	}
 	c.holdPair(pr)
@@ -413,7 +383,7 @@ func (c *conn) forwardPG(rl *relay.Relay, r *snapshot.Route, preface []byte) {
 	bc := c.backend
 	if err := c.pgSSLExchange(bc); err != nil {
 		c.p.log.Warn("postgres backend refused TLS", "route", r.Name, "endpoint", c.endpoint(), "error", err)
-		c.finish(reasonBackendNoTLS)
+		c.closeAndRecord(reasonBackendNoTLS)
 		return
 	}
 	if ip, ok := netipAddr(c.client.RemoteAddr()); ok {
@@ -423,7 +393,7 @@ func (c *conn) forwardPG(rl *relay.Relay, r *snapshot.Route, preface []byte) {
 	}
 	if len(preface) > 0 {
 		if _, err := bc.Write(preface); err != nil {
-			c.finish("backend_write_failed")
+			c.closeAndRecord(outcomeBackendWriteFailed)
 			return
 		}
 		c.in += int64(len(preface))
@@ -450,7 +420,7 @@ func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) 
 		// routed, but Go's TLS server refuses it.)
 		c.route = r.Name
 		c.p.log.Debug("tls handshake failed", "sni", c.sni, "error", err)
-		c.finish(reasonHandshake)
+		c.closeAndRecord(reasonHandshake)
 		return
 	}
 	c.client.SetDeadline(time.Time{})
@@ -459,19 +429,21 @@ func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) 
 	if reason != "" {
 		// The handshake is done: closing is all that is left. No application data was sent.
 		tc.Close()
-		c.p.m.Rejected.WithLabelValues(reason).Inc()
-		c.finish(reason)
+		c.p.m.Rejected.WithLabelValues(string(reason)).Inc()
+		c.closeAndRecord(reason)
 		return
 	}
 	c.pipeTLS(tc, c.backend)
-	c.finish("ok")
+	c.closeAndRecord(outcomeOK)
 }
 
-// finish closes both sides and writes the access log line and metrics.
-func (c *conn) finish(outcome string) {
+// closeAndRecord closes both sides and records how the connection ended: its counters and
+// its access log line. It runs once per connection that got past a reject (p.reject records
+// those); unregister follows.
+func (c *conn) closeAndRecord(o outcome) {
 	c.closeAll()
 	p := c.p
-	ec := p.endCounters(endKey{c.pl.addr, c.listener, c.route, c.negotiation, outcome})
+	ec := p.endCounters(endKey{c.pl.addr, c.listener, c.route, c.negotiation, o})
 	ec.conns.Inc()
 	if ec.in != nil {
 		ec.in.Add(float64(c.in))
@@ -479,9 +451,9 @@ func (c *conn) finish(outcome string) {
 	}
 	if p.opts.AccessLog {
 		p.log.Info("connection", "client", c.clientAddr(), "address", c.pl.addr,
-			"listener", c.listener, "negotiation", c.negotiation, "sni", c.sni, "route", c.route,
+			"listener", c.listener, "negotiation", string(c.negotiation), "sni", c.sni, "route", c.route,
 			"backend", c.backendName, "endpoint", c.endpoint(), "bytes_in", c.in, "bytes_out", c.out,
-			"duration", time.Since(c.start), "outcome", outcome)
+			"duration", time.Since(c.start), "outcome", string(o))
 	}
 }
 
@@ -552,23 +524,24 @@ func (c *conn) relayDone(res relay.Result) {
 	c.backendMu.Unlock()
 	c.in += res.Bytes[0]
 	c.out += res.Bytes[1]
-	outcome := "ok"
+	o := outcomeOK
 	switch res.Outcome {
 	case relay.OutcomeNotTLS:
-		outcome = reasonBackendNotTLS
+		o = outcomeBackendNotTLS
 		c.p.log.Warn("backend did not answer with TLS; a server-speaks-first protocol (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose it on a TCP listener with a TCPRoute",
 			"route", c.route, "backend", c.backendName, "endpoint", c.endpoint(), "firstByte", quoteByte(res.FirstByte))
 	case "":
 	default:
-		outcome = res.Outcome
+		// outcomeIdle, outcomeShutdown: what the relay or Stop named.
+		o = outcome(res.Outcome)
 	}
 	// Checked first: the arguments would be boxed (allocated) even for a disabled level, and
 	// a reset ends many connections.
 	if res.Err != nil && c.p.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.p.log.Debug("relay ended on an error", "sni", c.sni, "route", c.route, "error", res.Err)
 	}
-	c.finish(outcome)
-	c.end()
+	c.closeAndRecord(o)
+	c.unregister()
 }
 
 // endHalf returns what to do when one direction's copy toward dst ends: count its bytes,
@@ -584,10 +557,12 @@ func (c *conn) endHalf(dst interface{ CloseWrite() error }, count *int64) func(i
 	}
 }
 
-const reasonBackendNotTLS = "backend_not_tls"
-
 // endKey is the label set of a finished connection's counters.
-type endKey struct{ addr, listener, route, negotiation, outcome string }
+type endKey struct {
+	addr, listener, route string
+	negotiation           negotiation
+	outcome               outcome
+}
 
 // endCounters are the counters a finished connection adds to: snigate_connections_total's
 // child, and snigate_bytes_total's two for its route (nil without a route).
@@ -602,7 +577,7 @@ func (p *Proxy) endCounters(k endKey) *endCounters {
 	if ec != nil {
 		return ec
 	}
-	ec = &endCounters{conns: p.m.Connections.WithLabelValues(k.addr, k.listener, k.route, k.negotiation, k.outcome)}
+	ec = &endCounters{conns: p.m.Connections.WithLabelValues(k.addr, k.listener, k.route, string(k.negotiation), string(k.outcome))}
 	if k.route != "" {
 		ec.in = p.m.Bytes.WithLabelValues(k.route, "client_to_backend")
 		ec.out = p.m.Bytes.WithLabelValues(k.route, "backend_to_client")

@@ -72,23 +72,23 @@ func (pl *portListener) shutdownHTTP(ctx context.Context) {
 func (c *conn) serveHTTP(nc net.Conn, tc *trackedConn) {
 	hs := c.pl.http(c.p)
 	if hs == nil {
-		c.finish("port_closed")
+		c.closeAndRecord(outcomePortClosed)
 		return
 	}
 	select {
 	case hs.ln.conns <- nc:
 	case <-hs.ln.done:
-		c.finish("port_closed")
+		c.closeAndRecord(outcomePortClosed)
 		return
 	}
 	<-tc.closed
 	c.in, c.out = tc.in.Load(), tc.out.Load()
-	c.finish("ok")
+	c.closeAndRecord(outcomeOK)
 }
 
 // servePlainHTTP serves a connection on an HTTP port.
 func (c *conn) servePlainHTTP() {
-	c.negotiation = "http"
+	c.negotiation = negHTTP
 	tc := newTrackedConn(c.client)
 	c.serveHTTP(tc, tc)
 }
@@ -96,7 +96,7 @@ func (c *conn) servePlainHTTP() {
 // serveHTTPS terminates TLS with the HTTPS listener's configuration, replaying the
 // ClientHello already read, and serves HTTP on the connection.
 func (c *conn) serveHTTPS(l *snapshot.Listener, hello []byte) {
-	c.negotiation = "https"
+	c.negotiation = negHTTPS
 	c.listener = l.Name
 	tcn := newTrackedConn(&prefixConn{TCPConn: c.client, prefix: hello})
 	tc := tls.Server(tcn, l.TLS)
@@ -106,7 +106,7 @@ func (c *conn) serveHTTPS(l *snapshot.Listener, hello []byte) {
 	c.client.SetDeadline(c.start.Add(c.p.opts.HelloTimeout))
 	if err := tc.Handshake(); err != nil {
 		c.p.log.Debug("tls handshake failed", "sni", c.sni, "error", err)
-		c.finish(reasonHandshake)
+		c.closeAndRecord(reasonHandshake)
 		return
 	}
 	c.client.SetDeadline(time.Time{})

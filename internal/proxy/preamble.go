@@ -5,17 +5,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/snigate/snigate/internal/clienthello"
 	"github.com/snigate/snigate/internal/pgwire"
-)
-
-// Reject reasons specific to PostgreSQL's negotiation.
-const (
-	reasonPGPlaintext   = "postgres_plaintext_refused"
-	reasonPGSmuggled    = "postgres_bytes_after_sslrequest"
-	reasonPGBadPacket   = "postgres_bad_packet"
-	reasonPGCancelDrop  = "postgres_cancel_dropped"
-	reasonPGCancelRelay = "postgres_cancel_forwarded"
+	"github.com/snigate/snigate/internal/snapshot"
 )
 
 // pgPlaintextMessage is what a client that tried PostgreSQL without TLS reads.
@@ -26,136 +17,81 @@ const (
 
 var pgPlaintextError = pgwire.ErrorResponse(pgwire.SQLStateInvalidAuthorization, pgPlaintextMessage, pgPlaintextHint)
 
-// preamble is what readPreamble found before any backend is chosen.
-type preamble struct {
-	// buf holds the ClientHello's bytes exactly as read (after any PostgreSQL requests,
-	// which are answered here and not forwarded).
-	buf   []byte
-	hello clienthello.Hello
-	// pgSSL is set when the client negotiated TLS the PostgreSQL way (SSLRequest, or direct
-	// TLS with ALPN "postgresql"): the backend side must do the same.
-	pgSSL bool
-	// cancel is a plaintext PostgreSQL CancelRequest packet, when that is what came.
-	cancel []byte
-}
-
-// readPreamble reads from the client until it holds a complete ClientHello, handling the
-// PostgreSQL requests that may come first, under the hello deadline and size cap. The first
-// n bytes of buf were read already. It returns a reject reason when the connection must be
-// closed without a byte (or, for a plaintext PostgreSQL startup, after the error response
-// was written).
-func (c *conn) readPreamble(buf []byte, n int) (preamble, string) {
+// readPreamble settles what the connection is: it acts on first, the relay router's
+// decision on already (the bytes read so far), or decides on already itself, and reads from
+// the client for as long as decide asks for more, under the hello deadline, writing the
+// answers to PostgreSQL's requests that decide asks for and deciding again on what follows.
+// The deciding is all decide's; the reading, writing and the I/O outcomes (hello_timeout,
+// client_closed) are this function's.
+//
+// It returns a final decision (never kindUndecided or kindPGNegotiate) and the bytes it
+// applies to: the ClientHello and anything after it exactly as read, after any PostgreSQL
+// requests (answered here and not forwarded), in c.helloBuf (nil for a TCP or HTTP port).
+func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte) (decision, []byte) {
+	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes}
 	var (
-		pre    preamble
-		parser clienthello.Parser
-		// held: the first n bytes are decided on before reading more.
-		held = n
-		// pgPhase: 0 = PostgreSQL requests allowed, 1 = only TLS may follow (after an
-		// SSLRequest was answered), 2 = the first bytes were TLS.
-		pgPhase int
+		d    decision
+		more bool
 	)
-	max := c.p.opts.HelloMaxBytes
+	if first != nil {
+		d = *first
+	} else {
+		d, more = decide(port, already, &st)
+	}
+	final := !more && d.kind != kindPGNegotiate
+	if final && len(already) == 0 {
+		return d, nil // a TCP or HTTP port: nothing to hold
+	}
+	// The bytes go to the pooled buffer even when they are final: already is the relay's
+	// copy, and the buffer returns to the pool once its bytes were handed on (releaseHello),
+	// where a terminated connection would keep already alive as long as it lasts.
+	if len(already) <= 4096 {
+		c.helloBuf = helloBufs.Get().(*[]byte)
+	} else {
+		b := make([]byte, len(already))
+		c.helloBuf = &b
+	}
+	buf := *c.helloBuf
+	n := copy(buf, already)
+	if final {
+		return d, buf[:n] // decided without reading: no deadline
+	}
 	c.client.SetReadDeadline(c.start.Add(c.p.opts.HelloTimeout))
 	defer c.client.SetReadDeadline(time.Time{})
+	var rerr error
 	for {
-		if n == len(buf) {
-			if n >= max {
-				pre.buf = buf[:n]
-				return pre, reasonTooLarge
+		if !more {
+			if d.kind != kindPGNegotiate {
+				return d, buf[:n]
 			}
-			nb := make([]byte, min(2*len(buf), max))
-			copy(nb, buf[:n])
-			buf = nb
-		}
-		var (
-			k   int
-			err error
-		)
-		if held > 0 {
-			k, held = held, 0
+			if _, err := c.client.Write(d.reply); err != nil {
+				d.reject(reasonClientGone)
+				return d, buf[:n]
+			}
+			n = copy(buf, buf[d.consumed:n])
+			st.phase = d.next
 		} else {
-			k, err = c.client.Read(buf[n:])
+			if rerr != nil {
+				// Bytes that came with the error were decided on first.
+				reason := reasonClientGone
+				if errors.Is(rerr, os.ErrDeadlineExceeded) {
+					reason = reasonTimeout
+				}
+				d.reject(reason)
+				return d, buf[:n]
+			}
+			if n == len(buf) {
+				// decide rejects an undecided preamble of maxBytes, so the buffer grows at
+				// most to that.
+				nb := make([]byte, min(2*len(buf), st.maxBytes))
+				copy(nb, buf[:n])
+				buf = nb
+			}
+			var k int
+			k, rerr = c.client.Read(buf[n:])
 			n += k
 		}
-	decide:
-		for k > 0 && n > 0 {
-			pre.buf = buf[:n]
-			if pgPhase == 0 && buf[0] != 0x16 {
-				kind, size, perr := pgwire.Classify(buf[:n])
-				if errors.Is(perr, pgwire.ErrIncomplete) {
-					break decide
-				}
-				if perr != nil {
-					if n >= 1 && buf[0] != 0 {
-						return pre, reasonNotTLS
-					}
-					return pre, reasonPGBadPacket
-				}
-				switch kind {
-				case pgwire.KindSSLRequest:
-					c.negotiation = "postgres"
-					if n > size {
-						// Bytes sent ahead of the TLS handshake would reach the backend
-						// as if they came from inside TLS (CVE-2021-23214 class).
-						return pre, reasonPGSmuggled
-					}
-					if _, err := c.client.Write([]byte{'S'}); err != nil {
-						return pre, reasonClientGone
-					}
-					pre.pgSSL = true
-					pgPhase = 1
-					n = 0
-					break decide
-				case pgwire.KindGSSENCRequest:
-					// Refuse GSS encryption ourselves: the client goes on with an
-					// SSLRequest on the same connection.
-					if _, err := c.client.Write([]byte{'N'}); err != nil {
-						return pre, reasonClientGone
-					}
-					n = copy(buf, buf[size:n])
-					continue
-				case pgwire.KindStartup:
-					c.negotiation = "postgres-plaintext"
-					c.client.Write(pgPlaintextError)
-					return pre, reasonPGPlaintext
-				case pgwire.KindCancelRequest:
-					c.negotiation = "postgres-cancel"
-					if n < size {
-						break decide
-					}
-					if n > size {
-						return pre, reasonPGBadPacket
-					}
-					pre.cancel = append([]byte(nil), buf[:n]...)
-					return pre, ""
-				}
-			}
-			if pgPhase == 0 {
-				pgPhase = 2
-			}
-			perr := parser.Parse(buf[:n], &pre.hello)
-			switch {
-			case perr == nil:
-				if pgPhase == 2 && pre.hello.HasALPN("postgresql") {
-					c.negotiation = "postgres-direct"
-					pre.pgSSL = true
-				}
-				return pre, ""
-			case errors.Is(perr, clienthello.ErrIncomplete):
-				break decide
-			case errors.Is(perr, clienthello.ErrNotTLS):
-				return pre, reasonNotTLS
-			default:
-				return pre, reasonMalformed
-			}
-		}
-		if err != nil {
-			pre.buf = buf[:n]
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return pre, reasonTimeout
-			}
-			return pre, reasonClientGone
-		}
+		d, more = decide(port, buf[:n], &st)
 	}
 }
 
@@ -218,10 +154,10 @@ func (c *conn) forwardCancel(packet []byte) {
 		nc.Close()
 	}
 	c.client.Close()
-	c.p.m.Connections.WithLabelValues(c.pl.addr, "", "", c.negotiation, reasonPGCancelRelay).Inc()
+	c.p.m.Connections.WithLabelValues(c.pl.addr, "", "", string(c.negotiation), string(outcomePGCancelForwarded)).Inc()
 	if c.p.opts.AccessLog {
 		c.p.log.Info("connection", "client", c.client.RemoteAddr().String(), "address", c.pl.addr,
-			"negotiation", c.negotiation, "outcome", reasonPGCancelRelay, "endpoints", len(eps),
+			"negotiation", string(c.negotiation), "outcome", string(outcomePGCancelForwarded), "endpoints", len(eps),
 			"duration", time.Since(c.start))
 	}
 }

@@ -6,9 +6,13 @@
 //
 // How a connection flows: the accept loop takes the socket with a raw accept4 and gives it
 // to the relay (relay.Adopt), whose event loop reads the ClientHello and calls router.Route
-// on the loop. A passthrough or TCP route is dialed and relayed right there; anything else
-// (terminate, HTTPS, HTTP, PostgreSQL's SSLRequest, every rejection) is released back with
-// the bytes read so far to conn.serveFD, a goroutine with a net.Conn (conn.go).
+// on the loop. Every connection's fate is one pure function, decide (decide.go): from the
+// port and the bytes it says passthrough, TCP, terminate, HTTPS, HTTP, a PostgreSQL request
+// to answer, a PostgreSQL cancel, or a reject with its reason. A passthrough or TCP decision
+// is dialed and relayed right there; anything else is released back, with the bytes read
+// so far and the decision, to conn.serveFD, a goroutine with a net.Conn (conn.go), which
+// acts on it, answering PostgreSQL's requests and deciding again on what follows
+// (readPreamble). Every label value of the connection metrics is in outcome.go.
 //
 //	p := proxy.New(proxy.Options{Metrics: metrics.New(), Logger: slog.Default()})
 //	if err := p.Apply(snap); err != nil { ... } // binds new ports, swaps the table, closes old ports

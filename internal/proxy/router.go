@@ -1,20 +1,19 @@
 package proxy
 
 import (
-	"errors"
 	"net/netip"
 	"time"
 
-	"github.com/snigate/snigate/internal/clienthello"
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
-// router routes the connections the relay adopts (relay.Router), on the relay's loops: from
-// the ClientHello's bytes it picks a passthrough route's backend (and a TCP listener's at
-// once), and hands every other connection back to a goroutine (conn.serveFD), which serves
-// it with Go's net package: terminated TLS, HTTPS, PostgreSQL's negotiation, and every
-// rejection, whose logs and metrics stay in one place. Its tag is the *conn.
+// router routes the connections the relay adopts (relay.Router), on the relay's loops: it
+// asks decide what the client's bytes are, connects the kinds the relay carries by itself
+// (passthrough and TCP) right there, and hands every other connection back to a goroutine
+// (conn.serveFD) with the decision attached, which serves it with Go's net package:
+// terminated TLS, HTTPS, PostgreSQL's negotiation, and every rejection, whose logs and
+// metrics stay in one place. Its tag is the *conn.
 //
 // Why on the loops: a routed passthrough connection then never enters Go's poller and never
 // gets a goroutine, which saves about a tenth of the proxy's CPU per connection (see
@@ -29,55 +28,45 @@ var (
 func (router) Route(_ *relay.Pair, tag any, pre []byte) relay.Verdict {
 	c := tag.(*conn)
 	port := c.p.snap.Load().Port(c.pl.addr)
-	switch {
-	case port == nil:
-		return verdictRelease
-	case port.Protocol == snapshot.ProtocolTCP:
-		c.negotiation = "tcp"
-		return c.connectVerdict(port.TCP, nil, false)
-	case port.Protocol == snapshot.ProtocolHTTP:
-		return verdictRelease
-	case len(pre) == 0:
+	if port == nil {
+		return verdictRelease // serveFD drops it: the port is going away
+	}
+	// A fresh state each time: the relay presents every byte read so far, and the bytes of
+	// a PostgreSQL request are never answered here (kindPGNegotiate is handed over).
+	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes}
+	d, more := decide(port, pre, &st)
+	if more {
 		return verdictWait
-	case pre[0] != 0x16:
-		return verdictRelease // PostgreSQL's requests, or not TLS at all: readPreamble
 	}
-	var (
-		hello  clienthello.Hello
-		parser = clienthello.Parser{MaxLen: c.p.opts.HelloMaxBytes}
-	)
-	if err := parser.Parse(pre, &hello); err != nil {
-		if errors.Is(err, clienthello.ErrIncomplete) {
-			return verdictWait
+	switch {
+	case d.kind == kindTCP:
+		if v, ok := c.connectVerdict(d.listener, d.route, false); ok {
+			c.negotiation = d.negotiation
+			return v
 		}
-		return verdictRelease
+	case d.kind == kindPassthrough && !d.pgBridge:
+		if v, ok := c.connectVerdict(d.listener, d.route, true); ok {
+			c.negotiation, c.sni = d.negotiation, string(d.sni())
+			c.p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
+			return v
+		}
 	}
-	if hello.HasALPN("postgresql") {
-		return verdictRelease // direct TLS PostgreSQL: the backend may need the SSLRequest bridge
-	}
-	var sniBuf [snapshot.MaxHostnameLen]byte
-	sni, ok := snapshot.NormalizeSNI(sniBuf[:], hello.SNI)
-	if !ok {
-		return verdictRelease
-	}
-	l, r := port.Lookup(sni)
-	if l == nil || r == nil || l.HTTP != nil || l.Mode == snapshot.ModeTerminate {
-		return verdictRelease
-	}
-	c.sni = string(sni)
-	c.p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
-	return c.connectVerdict(l, r, true)
+	// Everything else, and a route without a backend to pick (forward picks again and
+	// rejects it), is served by the goroutine, which acts on this very decision. It is
+	// allocated here, on the way to a goroutine that allocates far more: connections the
+	// relay carries keep no copy.
+	h := new(decision)
+	*h = d
+	c.decided = h
+	return verdictRelease
 }
 
-// connectVerdict picks a backend of l's route (or r) and the first endpoint to dial; it
-// releases the connection when there is none (forward rejects it).
-func (c *conn) connectVerdict(l *snapshot.Listener, r *snapshot.Route, expectTLS bool) relay.Verdict {
-	if r == nil {
-		r = l.Route
-	}
+// connectVerdict picks a backend of r and the first endpoint to dial; ok is false when there
+// is none.
+func (c *conn) connectVerdict(l *snapshot.Listener, r *snapshot.Route, expectTLS bool) (v relay.Verdict, ok bool) {
 	b := pick(r)
 	if b == nil || len(b.Endpoints) == 0 {
-		return verdictRelease
+		return v, false
 	}
 	c.listener, c.route, c.backendName = l.Name, r.Name, b.Name
 	c.plan = newDialPlan(b)
@@ -87,7 +76,7 @@ func (c *conn) connectVerdict(l *snapshot.Listener, r *snapshot.Route, expectTLS
 		To:      ep,
 		Dial:    relay.DialOptions{Timeout: c.p.opts.DialTimeout, KeepAlive: c.p.opts.KeepAlive},
 		Options: c.relayOptions(expectTLS),
-	}
+	}, true
 }
 
 func (router) Dialed(tag any, ep netip.AddrPort, took time.Duration, err error) netip.AddrPort {
@@ -108,10 +97,13 @@ func (router) Release(tag any, fd int, pre []byte, err error) {
 	c.backendMu.Lock()
 	c.released, c.pair = true, nil
 	c.backendMu.Unlock()
-	// What Route noted is decided again from scratch.
-	c.sni, c.listener, c.route, c.backendName, c.negotiation = "", "", "", "", "tls"
-	// A deadline that passed, an EOF or a read error show again to the goroutine's first
-	// read, which rejects the connection with the usual reason.
+	if err != nil {
+		// Undecided: a deadline that passed, an EOF or a read error show again to the
+		// goroutine's first read, which rejects the connection with the usual reason; a
+		// full buffer is read on from there.
+		c.decided = nil
+	}
+	// Route notes the connection's names only when it connects, so nothing is left to undo.
 	go c.serveFD(fd, append([]byte(nil), pre...))
 }
 
@@ -122,7 +114,7 @@ func (router) Done(tag any, res relay.Result) {
 		c.pair, c.relayEnded = nil, true
 		c.backendMu.Unlock()
 		c.p.rejected(c.pl.addr, c.peer.String(), reasonDialFailed, c.sni, c.start, c.negotiation)
-		c.end()
+		c.unregister()
 		return
 	}
 	c.relayDone(res)
