@@ -25,8 +25,8 @@ import (
 // does not set it: set it once on the listening socket, which Linux copies into every
 // socket accepted from it, and save a system call per connection.
 func (r *Relay) Adopt(fd int, deadline time.Time, rt Router, tag any) *Pair {
-	p := r.newPair(fd, -1)
-	p.ownsA, p.rt, p.tag, p.adopting = true, rt, tag, true
+	p := r.newPair(fd, -1, phaseRouting)
+	p.ownsA, p.rt, p.tag = true, rt, tag
 	// A is assumed writable until a write says otherwise: registered without EPOLLOUT, its
 	// registration reports nothing (a fresh socket is writable) and wakes no loop.
 	p.writable[0] = true
@@ -42,7 +42,7 @@ func (r *Relay) Adopt(fd int, deadline time.Time, rt Router, tag any) *Pair {
 		p.dialDeadline.Store(deadline.UnixNano())
 		r.watch(time.Until(deadline))
 	}
-	if p.finished {
+	if p.phase == phaseDone {
 		return nil // released, or every dial failed: the router heard of it
 	}
 	// From the first registration on the loop owns the pair: what the rest of Adopt needs
@@ -109,7 +109,7 @@ func (p *Pair) adopt() bool {
 		return false
 	}
 	p.decide(p.rt.Route(p, p.tag, (*d.buf)[:d.end]))
-	return p.adopting && p.readable[0] // after a FIN: read on, to the EOF
+	return p.phase == phaseRouting && p.readable[0] // after a FIN: read on, to the EOF
 }
 
 // decide acts on a verdict for an adopted client.
@@ -125,7 +125,7 @@ func (p *Pair) decide(v Verdict) {
 		p.release(nil)
 		return
 	}
-	p.adopting = false
+	p.phase = phaseDialing // connect moves it on: relaying, or done when every dial failed
 	p.dialDeadline.Store(0)
 	p.dialTimedOut.Store(false)
 	p.setOptions(v.Options)
@@ -168,6 +168,7 @@ func (p *Pair) connect(ep netip.AddrPort) {
 			}
 			_, werr := d.flush(fd)
 			if werr == nil {
+				p.phase = phaseRelaying
 				p.dialDeadline.Store(0)
 				p.rt.Dialed(p.tag, ep, time.Since(p.dialStart), nil)
 				// A short write: the rest waits for an edge, so EPOLLOUT is needed.
@@ -193,7 +194,7 @@ func (p *Pair) connect(ep netip.AddrPort) {
 		}
 		ep = next
 	}
-	p.dialing, p.outArmed[1] = true, true
+	p.phase, p.outArmed[1] = phaseDialing, true
 	p.dialTimedOut.Store(false)
 	p.dialDeadline.Store(p.dialStart.Add(p.dialOpts.Timeout).UnixNano())
 	p.r.watch(p.dialOpts.Timeout)
@@ -208,14 +209,14 @@ func (p *Pair) redial(err error) {
 		return
 	}
 	p.connect(next)
-	if !p.finished {
+	if p.phase != phaseDone {
 		p.registerDial()
 	}
 }
 
 // release hands an adopted client back to its router.
 func (p *Pair) release(err error) {
-	p.finished = true
+	p.phase = phaseDone
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()

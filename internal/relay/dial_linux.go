@@ -21,9 +21,8 @@ func (r *Relay) Dial(ep netip.AddrPort, o DialOptions) (*Pair, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := r.newPair(-1, fd)
+	p := r.newPair(-1, fd, phaseDialing)
 	p.ownsB = true
-	p.dialing = true
 	p.ep = ep
 	p.dialed = make(chan error, 1)
 	p.dialDeadline.Store(time.Now().Add(o.Timeout).UnixNano())
@@ -122,19 +121,21 @@ func (p *Pair) dial(stopped bool) bool {
 		case soerr != 0:
 			err = os.NewSyscallError("connect", syscall.Errno(soerr))
 		default:
-			p.dialing = false
 			p.dialDeadline.Store(0)
 			if p.rt != nil {
+				p.phase = phaseRelaying
 				p.rt.Dialed(p.tag, p.ep, time.Since(p.dialStart), nil)
 				return true
 			}
+			p.phase = phaseDialed // before Dial returns: Attach may follow at once
 			p.dialed <- nil
 			return false
 		}
 	default:
 		return false // not connected yet
 	}
-	p.dialing = false
+	// The phase stays phaseDialing until redial (another connect, or the end) or finish
+	// moves it on.
 	oerr := &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(p.ep), Err: err}
 	if p.rt != nil {
 		rawClose(p.fd[1]) // also takes it out of the epoll set

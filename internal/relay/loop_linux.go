@@ -112,7 +112,7 @@ func (l *loop) turn() {
 			continue // the pair ended earlier in this batch
 		}
 		p.note(int(ev.Fd&1), ev.Events)
-		if !p.started.Load() && !p.dialing {
+		if p.phase == phaseDialed && !p.started.Load() {
 			continue // dialed, not attached yet: the readiness noted waits for Attach
 		}
 		if !p.queued {

@@ -11,7 +11,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Pair is one relayed connection.
+// Pair is one relayed connection. Its phase says where it is in its life; the pair is
+// made in the first phase of its constructor and moves on only along these arrows:
+//
+//	Start:  phaseRelaying
+//	Dial:   phaseDialing ─connected─▶ phaseDialed ─Attach─▶ phaseRelaying
+//	Adopt:  phaseRouting ─Connect─▶ phaseDialing ─connected─▶ phaseRelaying
+//	        phaseRouting ─Connect, the backend took the bytes at once─▶ phaseRelaying
+//	        phaseDialing ─failed, the router names the next endpoint─▶ phaseDialing
+//	        phaseDialing ─failed, next connect took the bytes at once─▶ phaseRelaying
+//	any:    ─▶ phaseDone
+//
+// A pair ends (phaseDone) when both directions are shut, on a socket error, when side B
+// is not TLS (Options.ExpectTLS), when Stop or Abandon was called, when a Dial fails or
+// times out, when an adopted client's router gives up dialing, and when an adopted client
+// is released (Router.Release: a Release verdict, EOF or a read error, a full buffer, the
+// preface deadline).
+//
+// Until its first epoll registration a pair belongs to the goroutine in Start, Dial or
+// Adopt, which sets the phase; from then on only its loop changes the phase. Attach, the
+// one step taken on another goroutine while the loop may be running the pair, does not
+// touch the phase: it sets started, and the loop's next run of the pair moves it from
+// phaseDialed to phaseRelaying.
 type Pair struct {
 	r    *Relay
 	l    *loop
@@ -26,7 +47,9 @@ type Pair struct {
 	// gets its options on the loop, after it is published.
 	idle atomic.Int64
 	// started is set once the loop may run the pair (Start, Attach, Adopt); it publishes
-	// opts, done, fd[0] and the preface to the loop.
+	// opts, done, fd[0] and the preface to the loop. It is not the phase: it is the one
+	// hand-over from another goroutine to a loop already running the pair (Attach, while
+	// the pair is in phaseDialed), and the sweeper reads it.
 	started atomic.Bool
 	// dialDeadline is when a Dial gives up, or when an adopted client's preface must be
 	// routed (unix nanoseconds); 0 when nothing waits.
@@ -43,21 +66,29 @@ type Pair struct {
 	dialOpts  DialOptions
 	dialStart time.Time
 
-	mu      sync.Mutex // guards closed, stopped and what Stop records
-	closed  bool       // the loop has ended the pair
+	mu sync.Mutex // guards closed, stopped and what Stop records
+	// closed is phaseDone for other goroutines (Stop), which must not read phase.
+	closed bool
+	// stopped: Stop was called. A request, not a phase: it arrives in any phase and the
+	// loop acts on it at the pair's next run.
 	stopped bool
 	stopOut string
 	stopErr error
 
-	// Owned by the loop goroutine (dialing and adopting are set before the socket is
-	// registered).
-	dialing  bool
-	adopting bool // an adopted client whose router has not chosen a backend yet
-	regB     bool // an adopted client's backend socket waits to be registered
-	// outArmed: the side is registered with EPOLLOUT (see armOut).
+	// Owned by the loop goroutine (set before the first registration by Start, Dial and
+	// Adopt).
+	phase phase
+	// The flags below are not phases: each can be set or not in more than one phase.
+	//
+	// regB: an adopted client's backend socket waits to be registered, whether its connect
+	// is under way (phaseDialing) or done at once (phaseRelaying).
+	regB bool
+	// outArmed: the side is registered with EPOLLOUT (see armOut); in every phase.
 	outArmed [2]bool
-	queued   bool
-	finished bool
+	// queued: the pair is on this turn's work list (loop.turn), whatever its phase.
+	queued bool
+	// checkTLS: side B's first byte is still to be checked (Options.ExpectTLS), from the
+	// options' arrival (phaseRouting or phaseDialed) to the first read in phaseRelaying.
 	checkTLS bool
 	readable [2]bool
 	writable [2]bool
@@ -66,9 +97,33 @@ type Pair struct {
 	d        [2]direction
 }
 
-// newPair makes a pair for the fds on the next loop.
-func (r *Relay) newPair(fa, fb int) *Pair {
-	return &Pair{r: r, l: r.loops[r.next.Add(1)%uint32(len(r.loops))], fd: [2]int{fa, fb}}
+// phase is where a pair is in its life (see Pair for the transitions). It is a plain
+// field that only the pair's owner writes (see Pair), so reading it on every event costs
+// no atomic.
+type phase uint8
+
+const (
+	// phaseRouting: an adopted client whose router has not chosen a backend yet. The loop
+	// reads its first bytes and asks Router.Route after each read (adopt).
+	phaseRouting phase = iota
+	// phaseDialing: a connect is under way (Dial, or an adopted client's Connect verdict).
+	// The loop waits for side B to turn writable or fail, or for the sweeper's
+	// dialTimedOut (dial).
+	phaseDialing
+	// phaseDialed: Dial's connect succeeded and Dial returned; the pair waits for Attach or
+	// Abandon. Events are noted, but the pair runs only once started is set (or for a
+	// Stop).
+	phaseDialed
+	// phaseRelaying: bytes move both ways (pump).
+	phaseRelaying
+	// phaseDone: the pair ended (finish) or its client was released (release). Its slot is
+	// free; a run still on its way (a poke) returns at once.
+	phaseDone
+)
+
+// newPair makes a pair for the fds on the next loop, starting in phase ph.
+func (r *Relay) newPair(fa, fb int, ph phase) *Pair {
+	return &Pair{r: r, l: r.loops[r.next.Add(1)%uint32(len(r.loops))], fd: [2]int{fa, fb}, phase: ph}
 }
 
 // publish gives the pair a slot, where the loop finds it by its events. Fields set before
@@ -200,7 +255,7 @@ func (p *Pair) note(side int, ev uint32) {
 // run moves what can be moved now. It returns true when a direction used its whole
 // budget and may have more.
 func (p *Pair) run() (more bool) {
-	if p.finished {
+	if p.phase == phaseDone {
 		return false
 	}
 	p.mu.Lock()
@@ -210,25 +265,28 @@ func (p *Pair) run() (more bool) {
 		p.finish(serr, out, 0) // an adopted client, in any phase: the router hears of it
 		return false
 	}
-	if p.adopting {
+	if p.phase == phaseRouting {
 		more := p.adopt()
-		if !p.finished {
+		if p.phase != phaseDone {
 			p.registerDial()
 		}
-		if p.finished || p.adopting || p.dialing {
+		if p.phase != phaseRelaying {
 			return more
 		}
 		// Connected at once (see connect): bytes can move now.
 	}
-	if p.dialing && !p.dial(stopped) {
+	if p.phase == phaseDialing && !p.dial(stopped) {
 		return false
 	}
 	if stopped {
 		p.finish(serr, out, 0)
 		return false
 	}
-	if !p.started.Load() {
-		return false // dialed, not attached yet
+	if p.phase == phaseDialed {
+		if !p.started.Load() {
+			return false // dialed, not attached yet
+		}
+		p.phase = phaseRelaying // Attach published the client side
 	}
 	moved := 0
 	for i := range 2 {
@@ -259,7 +317,7 @@ func (p *Pair) run() (more bool) {
 // takes them out of the epoll set); their later events find the slot freed or reused with
 // another generation.
 func (p *Pair) finish(err error, outcome string, first byte) {
-	p.finished = true
+	p.phase = phaseDone
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()

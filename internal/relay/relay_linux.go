@@ -96,7 +96,7 @@ func (r *Relay) Start(a, b *net.TCPConn, o Options, done func(Result)) (*Pair, e
 		rawClose(fa)
 		return nil, err
 	}
-	p := r.newPair(fa, fb)
+	p := r.newPair(fa, fb, phaseRelaying)
 	p.ownsA, p.ownsB = true, true
 	p.setup(o, done, nil)
 	p.started.Store(true)
