@@ -54,6 +54,9 @@ type Pair struct {
 	// dialDeadline is when a Dial gives up, or when an adopted client's preface must be
 	// routed (unix nanoseconds); 0 when nothing waits.
 	dialDeadline atomic.Int64
+	// dialTimedOut: the sweeper saw dialDeadline pass. A request like stopped, not a
+	// phase: the loop acts on it in phaseRouting (ErrDeadline) or phaseDialing
+	// (ErrDialTimeout), and a pair that moved on meanwhile ignores it.
 	dialTimedOut atomic.Bool
 	dialed       chan error // Dial's outcome, sent once by the loop
 	ep           netip.AddrPort
@@ -87,8 +90,9 @@ type Pair struct {
 	outArmed [2]bool
 	// queued: the pair is on this turn's work list (loop.turn), whatever its phase.
 	queued bool
-	// checkTLS: side B's first byte is still to be checked (Options.ExpectTLS), from the
-	// options' arrival (phaseRouting or phaseDialed) to the first read in phaseRelaying.
+	// checkTLS: side B's first byte is still to be checked (Options.ExpectTLS). Set with
+	// the options (Start, Attach, a Connect verdict: in whatever phase the pair is then),
+	// cleared by side B's first read.
 	checkTLS bool
 	readable [2]bool
 	writable [2]bool
