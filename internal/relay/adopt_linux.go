@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -10,63 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Adopt errors, passed to Router.Release.
-var (
-	// ErrDeadline: the client's first bytes were not routed by the deadline Adopt was given.
-	ErrDeadline = errors.New("preface deadline passed")
-	// ErrPrefaceFull: the router still waited for more once a 16 KiB buffer was full.
-	ErrPrefaceFull = errors.New("preface larger than the relay's buffer")
-)
-
-// OutcomeDialFailed ends an adopted pair whose router gave up dialing (Result.Err says why).
-const OutcomeDialFailed = "dial_failed"
-
-// Router decides where the clients given to Adopt go, from the first bytes they send. Its
-// methods run on a loop goroutine (Route also inside Adopt) and must not block: the loop's
-// other pairs wait meanwhile. tag is what Adopt was given.
-//
-// For every adopted client exactly one of Release and Done is called in the end, unless the
-// Relay is closed first.
-type Router interface {
-	// Route says what to do with a client given everything it sent so far: first with
-	// nothing (inside Adopt), then each time more arrived. pre is valid during the call only.
-	Route(p *Pair, tag any, pre []byte) Verdict
-	// Dialed reports a connect that a Connect verdict started, and how long it took. After a
-	// failure, a valid address returned is dialed next (the same options); otherwise the
-	// pair ends with OutcomeDialFailed.
-	Dialed(tag any, ep netip.AddrPort, took time.Duration, err error) (next netip.AddrPort)
-	// Release hands the client's socket back to the caller, out of the loop's epoll set,
-	// with the bytes read from it (valid during the call only): because Route said so (err
-	// nil), because the client closed or failed (io.EOF, a read error), sent more than the
-	// buffer holds while Route kept waiting (ErrPrefaceFull), or was not routed by the
-	// deadline (ErrDeadline).
-	Release(tag any, fd int, pre []byte, err error)
-	// Done is called when the pair ended after a Connect verdict, or was stopped before any
-	// (Result.Outcome is then what Stop was given). Both sockets are closed.
-	Done(tag any, res Result)
-}
-
-// Action is what a Verdict asks for.
-type Action uint8
-
-const (
-	// Wait for more bytes from the client.
-	Wait Action = iota
-	// Release the client back to the caller (Router.Release).
-	Release
-	// Connect to Verdict.To and relay: the bytes read so far go to the backend first.
-	Connect
-)
-
-// Verdict is Router.Route's answer.
-type Verdict struct {
-	Action Action
-	// With Connect: where, how, and the options of the relay that follows.
-	To      netip.AddrPort
-	Dial    DialOptions
-	Options Options
-}
 
 // Adopt takes over fd, a freshly accepted non-blocking client socket: a loop reads what the
 // client sends and asks rt where it goes, dials that backend and relays, all without a
@@ -83,8 +25,8 @@ type Verdict struct {
 // does not set it: set it once on the listening socket, which Linux copies into every
 // socket accepted from it, and save a system call per connection.
 func (r *Relay) Adopt(fd int, deadline time.Time, rt Router, tag any) *Pair {
-	p := r.newPair(fd, -1)
-	p.ownsA, p.rt, p.tag, p.adopting = true, rt, tag, true
+	p := r.newPair(fd, -1, phaseRouting)
+	p.ownsA, p.rt, p.tag = true, rt, tag
 	// A is assumed writable until a write says otherwise: registered without EPOLLOUT, its
 	// registration reports nothing (a fresh socket is writable) and wakes no loop.
 	p.writable[0] = true
@@ -100,7 +42,7 @@ func (r *Relay) Adopt(fd int, deadline time.Time, rt Router, tag any) *Pair {
 		p.dialDeadline.Store(deadline.UnixNano())
 		r.watch(time.Until(deadline))
 	}
-	if p.finished {
+	if p.phase == phaseDone {
 		return nil // released, or every dial failed: the router heard of it
 	}
 	// From the first registration on the loop owns the pair: what the rest of Adopt needs
@@ -167,7 +109,7 @@ func (p *Pair) adopt() bool {
 		return false
 	}
 	p.decide(p.rt.Route(p, p.tag, (*d.buf)[:d.end]))
-	return p.adopting && p.readable[0] // after a FIN: read on, to the EOF
+	return p.phase == phaseRouting && p.readable[0] // after a FIN: read on, to the EOF
 }
 
 // decide acts on a verdict for an adopted client.
@@ -183,7 +125,7 @@ func (p *Pair) decide(v Verdict) {
 		p.release(nil)
 		return
 	}
-	p.adopting = false
+	p.phase = phaseDialing // connect moves it on: relaying, or done when every dial failed
 	p.dialDeadline.Store(0)
 	p.dialTimedOut.Store(false)
 	p.setOptions(v.Options)
@@ -226,6 +168,7 @@ func (p *Pair) connect(ep netip.AddrPort) {
 			}
 			_, werr := d.flush(fd)
 			if werr == nil {
+				p.phase = phaseRelaying
 				p.dialDeadline.Store(0)
 				p.rt.Dialed(p.tag, ep, time.Since(p.dialStart), nil)
 				// A short write: the rest waits for an edge, so EPOLLOUT is needed.
@@ -251,7 +194,7 @@ func (p *Pair) connect(ep netip.AddrPort) {
 		}
 		ep = next
 	}
-	p.dialing, p.outArmed[1] = true, true
+	p.phase, p.outArmed[1] = phaseDialing, true
 	p.dialTimedOut.Store(false)
 	p.dialDeadline.Store(p.dialStart.Add(p.dialOpts.Timeout).UnixNano())
 	p.r.watch(p.dialOpts.Timeout)
@@ -266,14 +209,14 @@ func (p *Pair) redial(err error) {
 		return
 	}
 	p.connect(next)
-	if !p.finished {
+	if p.phase != phaseDone {
 		p.registerDial()
 	}
 }
 
 // release hands an adopted client back to its router.
 func (p *Pair) release(err error) {
-	p.finished = true
+	p.phase = phaseDone
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()

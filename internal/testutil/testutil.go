@@ -211,7 +211,8 @@ func command(owner *runAs, dir, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = CleanEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	dieWithParent(cmd.SysProcAttr)
 	if owner != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: owner.uid, Gid: owner.gid}
 		cmd.Env = append(cmd.Env, "HOME="+dir, "USER="+owner.name, "LOGNAME="+owner.name)

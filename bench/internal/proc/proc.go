@@ -42,7 +42,8 @@ func Start(name string, argv []string, o Options) (*Proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = o.Dir
 	cmd.Env = append(os.Environ(), o.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: o.Cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: o.Cred}
+	dieWithParent(cmd.SysProcAttr)
 	if o.Log != "" {
 		f, err := os.OpenFile(o.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -1,0 +1,64 @@
+package relay
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+)
+
+// Adopt errors, passed to Router.Release.
+var (
+	// ErrDeadline: the client's first bytes were not routed by the deadline Adopt was given.
+	ErrDeadline = errors.New("preface deadline passed")
+	// ErrPrefaceFull: the router still waited for more once a 16 KiB buffer was full.
+	ErrPrefaceFull = errors.New("preface larger than the relay's buffer")
+)
+
+// OutcomeDialFailed ends an adopted pair whose router gave up dialing (Result.Err says why).
+const OutcomeDialFailed = "dial_failed"
+
+// Router decides where the clients given to Adopt go, from the first bytes they send. Its
+// methods run on a loop goroutine (Route also inside Adopt) and must not block: the loop's
+// other pairs wait meanwhile. tag is what Adopt was given.
+//
+// For every adopted client exactly one of Release and Done is called in the end, unless the
+// Relay is closed first.
+type Router interface {
+	// Route says what to do with a client given everything it sent so far: first with
+	// nothing (inside Adopt), then each time more arrived. pre is valid during the call only.
+	Route(p *Pair, tag any, pre []byte) Verdict
+	// Dialed reports a connect that a Connect verdict started, and how long it took. After a
+	// failure, a valid address returned is dialed next (the same options); otherwise the
+	// pair ends with OutcomeDialFailed.
+	Dialed(tag any, ep netip.AddrPort, took time.Duration, err error) (next netip.AddrPort)
+	// Release hands the client's socket back to the caller, out of the loop's epoll set,
+	// with the bytes read from it (valid during the call only): because Route said so (err
+	// nil), because the client closed or failed (io.EOF, a read error), sent more than the
+	// buffer holds while Route kept waiting (ErrPrefaceFull), or was not routed by the
+	// deadline (ErrDeadline).
+	Release(tag any, fd int, pre []byte, err error)
+	// Done is called when the pair ended after a Connect verdict, or was stopped before any
+	// (Result.Outcome is then what Stop was given). Both sockets are closed.
+	Done(tag any, res Result)
+}
+
+// Action is what a Verdict asks for.
+type Action uint8
+
+const (
+	// Wait for more bytes from the client.
+	Wait Action = iota
+	// Release the client back to the caller (Router.Release).
+	Release
+	// Connect to Verdict.To and relay: the bytes read so far go to the backend first.
+	Connect
+)
+
+// Verdict is Router.Route's answer.
+type Verdict struct {
+	Action Action
+	// With Connect: where, how, and the options of the relay that follows.
+	To      netip.AddrPort
+	Dial    DialOptions
+	Options Options
+}

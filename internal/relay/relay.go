@@ -1,0 +1,52 @@
+package relay
+
+import (
+	"errors"
+	"time"
+)
+
+// Outcomes a Result can carry besides the empty one (both sides ended by themselves).
+const (
+	// OutcomeIdle: nothing moved either way for Options.IdleTimeout.
+	OutcomeIdle = "idle_timeout"
+	// OutcomeNotTLS: with Options.ExpectTLS, side B's first byte did not start a TLS record.
+	OutcomeNotTLS = "backend_not_tls"
+	// OutcomeShutdown is what callers usually pass to Pair.Stop.
+	OutcomeShutdown = "shutdown"
+)
+
+// Options tune one pair.
+type Options struct {
+	// IdleTimeout ends the pair once no byte moved in either direction for this long
+	// (checked a few times per timeout). Zero: never.
+	IdleTimeout time.Duration
+	// ExpectTLS checks the first byte side B sends: it must start a TLS record (handshake
+	// or alert), or the pair ends with OutcomeNotTLS before A sees any of it. A passthrough
+	// proxy uses this to catch backends that speak first in plaintext (MySQL greetings).
+	ExpectTLS bool
+}
+
+// Result is what a pair did, passed to its done callback.
+type Result struct {
+	// Bytes written: [0] from A to B, [1] from B to A.
+	Bytes [2]int64
+	// Err is the first socket error that ended the pair, nil when it ended cleanly or by
+	// Outcome.
+	Err error
+	// Outcome is empty when both sides closed by themselves or on an error; see the
+	// Outcome constants otherwise (or what Stop was given).
+	Outcome string
+	// FirstByte is side B's first byte when Outcome is OutcomeNotTLS.
+	FirstByte byte
+}
+
+// ErrDialTimeout is the error of a Dial that did not connect within its timeout.
+var ErrDialTimeout = errors.New("connect timed out")
+
+// DialOptions tune Dial.
+type DialOptions struct {
+	// Timeout bounds the connect (required); it is enforced within a quarter of itself.
+	Timeout time.Duration
+	// KeepAlive is the TCP keepalive idle time; negative: none.
+	KeepAlive time.Duration
+}

@@ -1,0 +1,57 @@
+//go:build !linux
+
+package relay
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// The relay is made of Linux system calls (epoll, splice, eventfd, accept4's sockets). On
+// other systems the package compiles, so that the rest of snigate builds and vets there, but
+// New fails with errNotLinux and no Relay or Pair exists.
+
+var errNotLinux = errors.New("relay: snigate's data plane runs on Linux only (it is built on epoll and splice)")
+
+// Relay is a set of event loops; off Linux there is none (New fails).
+type Relay struct{}
+
+// Pair is one relayed connection; off Linux there is none.
+type Pair struct{}
+
+// New fails off Linux.
+func New(int) (*Relay, error) { return nil, errNotLinux }
+
+// Close does nothing off Linux.
+func (*Relay) Close() {}
+
+// Pairs is 0 off Linux.
+func (*Relay) Pairs() int { return 0 }
+
+// Start fails off Linux; a and b are still the caller's.
+func (*Relay) Start(_, _ *net.TCPConn, _ Options, _ func(Result)) (*Pair, error) {
+	return nil, errNotLinux
+}
+
+// Dial fails off Linux.
+func (*Relay) Dial(netip.AddrPort, DialOptions) (*Pair, error) { return nil, errNotLinux }
+
+// Adopt hands fd back at once off Linux (Router.Release with the error).
+func (*Relay) Adopt(fd int, _ time.Time, rt Router, tag any) *Pair {
+	rt.Release(tag, fd, nil, errNotLinux)
+	return nil
+}
+
+// Attach fails off Linux; a is still the caller's.
+func (*Pair) Attach(*net.TCPConn, []byte, Options, func(Result)) error { return errNotLinux }
+
+// Abandon does nothing off Linux.
+func (*Pair) Abandon() {}
+
+// Stop does nothing off Linux.
+func (*Pair) Stop(string) {}
+
+// PooledPipes is 0 off Linux.
+func PooledPipes() int { return 0 }

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package testutil
+
+import "syscall"
+
+// dieWithParent does nothing off Linux, which has no parent-death signal: a child outlives a
+// run that crashed.
+func dieWithParent(*syscall.SysProcAttr) {}
