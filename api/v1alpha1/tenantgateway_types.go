@@ -280,6 +280,8 @@ const (
 	ReasonSecretNotFound          = "SecretNotFound"
 	ReasonInvalidSecret           = "InvalidSecret"
 	ReasonCertificatePending      = "CertificatePending"
+	ReasonNoIssuer                = "NoIssuer"
+	ReasonWildcardNeedsDNS01      = "WildcardNeedsDNS01"
 )
 
 // TenantGatewayList is a list of TenantGateways.

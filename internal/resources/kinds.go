@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
 )
 
 // Object is an API object of one of the Kinds: a pointer to its Go type (the same method set
@@ -44,6 +46,9 @@ type Kind struct {
 	// OwnStatus marks the kinds whose status snigate writes: the cluster source ignores
 	// changes to their status (its own writes), only spec, labels and annotations count.
 	OwnStatus bool
+	// Optional marks the kinds whose CRD a cluster may not have: the cluster source lists and
+	// watches them only where the API server serves them, and says so when it does not.
+	Optional bool
 
 	// New returns an empty object of the kind; NewList an empty list of it.
 	New     func() Object
@@ -79,7 +84,11 @@ var Kinds = []Kind{
 		func() ObjectList { return &corev1.NamespaceList{} }, func(r *Resources) *[]*corev1.Namespace { return &r.Namespaces }),
 	kind("EndpointSlice", discoveryv1.GroupName, []string{"v1"}, true, false, false,
 		func() ObjectList { return &discoveryv1.EndpointSliceList{} }, func(r *Resources) *[]*discoveryv1.EndpointSlice { return &r.EndpointSlices }),
+	optional(kind("TenantGateway", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
+		func() ObjectList { return &v1alpha1.TenantGatewayList{} }, func(r *Resources) *[]*v1alpha1.TenantGateway { return &r.TenantGateways })),
 }
+
+func optional(k Kind) Kind { k.Optional = true; return k }
 
 // kind defines a Kind whose objects are *T, kept in the Resources field that field returns.
 func kind[T any, PT interface {

@@ -26,6 +26,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
 )
 
 // Resources is one consistent view of every object snigate routes from. Sources fill it;
@@ -41,6 +43,8 @@ type Resources struct {
 	EndpointSlices  []*discoveryv1.EndpointSlice
 	Secrets         []*corev1.Secret
 	Namespaces      []*corev1.Namespace
+	// TenantGateways are rendered into Gateway API objects by package render.
+	TenantGateways []*v1alpha1.TenantGateway
 
 	// Origins maps "Kind/namespace/name" to where the object came from ("dir/file.yaml#2"),
 	// so errors can name the file. Empty for objects read from an API server.

@@ -93,6 +93,9 @@ type listener struct {
 
 	attached []*attachment // in route precedence order
 	snap     *snapshot.Listener
+	// redirectsOnly: an HTTP listener of PlaintextListenersAnnotation, which takes only
+	// HTTPRoutes that serve no application (plaintextSafe).
+	redirectsOnly bool
 }
 
 type attachment struct {
@@ -160,9 +163,16 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 		}
 		gw.maxConns = n
 	}
+	plaintext := map[string]bool{}
+	for _, n := range strings.Split(g.Annotations[PlaintextListenersAnnotation], ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			plaintext[n] = true
+		}
+	}
 	for i := range g.Spec.Listeners {
 		l := t.listener(gw, &g.Spec.Listeners[i])
 		l.index = i
+		l.redirectsOnly = plaintext[string(l.spec.Name)] && l.spec.Protocol == gwv1.HTTPProtocolType
 		gw.listeners = append(gw.listeners, l)
 	}
 	markConflicts(gw)

@@ -214,6 +214,8 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 			refusals = append(refusals, fmt.Sprintf("listener %s takes no %s (supported kinds: %s)", l.spec.Name, r.kind, kinds))
 		case !t.allowsNamespace(l, r.meta.Namespace):
 			refusals = append(refusals, fmt.Sprintf("listener %s does not allow routes from namespace %s (from: %s)", l.spec.Name, r.meta.Namespace, l.from))
+		case l.redirectsOnly && !plaintextSafe(r.http):
+			refusals = append(refusals, fmt.Sprintf("listener %s serves plaintext HTTP only to redirect to https and to answer ACME HTTP-01 challenges (annotation %s): give the route a parentRef sectionName of an HTTPS listener", l.spec.Name, PlaintextListenersAnnotation))
 		default:
 			allowed = append(allowed, l)
 		}
@@ -436,4 +438,44 @@ func (t *translator) endpoints(ns, svc, portName string) []netip.AddrPort {
 	}
 	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return out
+}
+
+// plaintextSafe reports whether every rule of an HTTPRoute either redirects to https or
+// matches only ACME HTTP-01 challenge paths: what may be served on a plaintext listener.
+func plaintextSafe(h *gwv1.HTTPRoute) bool {
+	if h == nil {
+		return false
+	}
+	for _, rule := range h.Spec.Rules {
+		if !redirectsToHTTPS(rule) && !challengeOnly(rule) {
+			return false
+		}
+	}
+	return len(h.Spec.Rules) > 0
+}
+
+func redirectsToHTTPS(rule gwv1.HTTPRouteRule) bool {
+	for _, f := range rule.Filters {
+		if f.Type == gwv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil &&
+			f.RequestRedirect.Scheme != nil && *f.RequestRedirect.Scheme == "https" {
+			return true
+		}
+	}
+	return false
+}
+
+// challengeOnly: every match has an Exact or PathPrefix path under the challenge prefix.
+func challengeOnly(rule gwv1.HTTPRouteRule) bool {
+	const prefix = "/.well-known/acme-challenge/"
+	if len(rule.Matches) == 0 {
+		return false
+	}
+	for _, m := range rule.Matches {
+		if m.Path == nil || m.Path.Value == nil || m.Path.Type == nil ||
+			(*m.Path.Type != gwv1.PathMatchExact && *m.Path.Type != gwv1.PathMatchPathPrefix) ||
+			!strings.HasPrefix(*m.Path.Value, prefix) {
+			return false
+		}
+	}
+	return true
 }

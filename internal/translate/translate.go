@@ -24,6 +24,14 @@ const (
 	DefaultBindAddress = "0.0.0.0"
 	// MaxConnectionsAnnotation caps concurrent connections per bound socket of a Gateway.
 	MaxConnectionsAnnotation = "snigate.dev/max-connections-per-listener"
+	// PlaintextListenersAnnotation names (comma-separated) the Gateway's HTTP listeners on
+	// which no application may be served in plaintext: an HTTPRoute attaches there only when
+	// each of its rules redirects to https or matches only ACME HTTP-01 challenge paths
+	// (/.well-known/acme-challenge/…). Allowed namespaces cannot express this: cert-manager's
+	// solver routes live in the same namespace as the applications, and an application route
+	// without a sectionName would otherwise attach to port 80 too (its exact hostname then
+	// outranks the redirect's wildcard). TenantGateways set it on their http listener.
+	PlaintextListenersAnnotation = "snigate.dev/plaintext-listeners"
 
 	groupGateway  = gwv1.GroupName
 	kindGateway   = "Gateway"

@@ -37,7 +37,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -56,6 +58,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/pipeline"
 	"github.com/snigate/snigate/internal/provision"
@@ -124,6 +127,10 @@ type Controller struct {
 	// outage, and the uncached reader it switches to (recovery.go).
 	recovery *recovery
 	direct   client.Reader
+
+	// kinds are the resources.Kinds this cluster serves: the optional ones whose CRD is
+	// missing are left out.
+	kinds []*resources.Kind
 }
 
 // Scheme returns the types the controller reads and writes.
@@ -133,6 +140,9 @@ func Scheme() (*runtime.Scheme, error) {
 		return nil, err
 	}
 	if err := gwv1.Install(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -253,7 +263,23 @@ func New(cfg Config) (*Controller, error) {
 			// (a test runs the controller and a data plane side by side).
 			SkipNameValidation: ptr.To(true),
 		})
-	for _, k := range resources.Kinds {
+	// Kinds whose CRD this cluster may lack are watched only where they are served.
+	for i := range resources.Kinds {
+		k := &resources.Kinds[i]
+		if k.Optional {
+			_, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: k.Group, Kind: k.Name}, k.Versions[0])
+			if meta.IsNoMatchError(err) {
+				cfg.Logger.Info("kind not served by this cluster (its CRD is not installed); not watching it",
+					"kind", k.Name, "apiVersion", k.Group+"/"+k.Versions[0])
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("kubernetes: looking up %s: %w", k.Name, err)
+			}
+		}
+		c.kinds = append(c.kinds, k)
+	}
+	for _, k := range c.kinds {
 		if k.OwnStatus {
 			b = b.Watches(k.New(), all, spec)
 		} else {
@@ -334,8 +360,7 @@ func (c *Controller) load(ctx context.Context) (*resources.Resources, error) {
 		defer cancel()
 	}
 	res := &resources.Resources{}
-	for i := range resources.Kinds {
-		k := &resources.Kinds[i]
+	for _, k := range c.kinds {
 		list := k.NewList()
 		if err := cl.List(ctx, list); err != nil {
 			return nil, fmt.Errorf("listing %ss: %w", k.Name, err)

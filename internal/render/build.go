@@ -1,0 +1,374 @@
+package render
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	acmev1 "github.com/cert-manager/cert-manager/pkg/apis/acme/v1"
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+// build assembles one TenantGateway's objects.
+type build struct {
+	r    *renderer
+	t    *v1alpha1.TenantGateway // defaulted copy
+	st   *Tenant
+	tree tree
+
+	gw      *gwv1.Gateway
+	routes  []*gwv1.HTTPRoute
+	issuers []*cmv1.Issuer
+	certs   []*cmv1.Certificate
+	// https lists the HTTPS listeners with the hostname each serves.
+	https []httpsListener
+}
+
+type httpsListener struct {
+	name, hostname, secret string
+}
+
+// meta is the metadata of every rendered object: t's namespace, its label, t as controller.
+func (b *build) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: name, Namespace: b.t.Namespace,
+		Labels: map[string]string{LabelTenantGateway: b.t.Name},
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "TenantGateway", Name: b.t.Name, UID: b.t.UID,
+			Controller: ptr(true), BlockOwnerDeletion: ptr(true),
+		}},
+	}
+}
+
+// fromTree allows kind from the tenant tree's namespaces.
+func (b *build) fromTree(kind gwv1.Kind) *gwv1.AllowedRoutes {
+	return fromNamespaces(kind, b.tree.namespaces)
+}
+
+func fromNamespaces(kind gwv1.Kind, names []string) *gwv1.AllowedRoutes {
+	return &gwv1.AllowedRoutes{
+		Namespaces: &gwv1.RouteNamespaces{
+			From: ptr(gwv1.NamespacesFromSelector),
+			Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: names,
+			}}},
+		},
+		Kinds: []gwv1.RouteGroupKind{{Kind: kind}},
+	}
+}
+
+// listeners builds the Gateway with every listener the spec and the routes assemble.
+func (b *build) listeners() {
+	t := b.t
+	apex := t.Spec.Apex
+	b.gw = &gwv1.Gateway{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "Gateway"},
+		ObjectMeta: b.meta(t.Name),
+		Spec:       gwv1.GatewaySpec{GatewayClassName: gwv1.ObjectName(t.Spec.GatewayClassName)},
+	}
+	// No application is served on port 80: only the redirect and cert-manager's challenges.
+	b.gw.Annotations = map[string]string{translate.PlaintextListenersAnnotation: "http"}
+	add := func(l gwv1.Listener) { b.gw.Spec.Listeners = append(b.gw.Spec.Listeners, l) }
+	add(gwv1.Listener{
+		Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType,
+		AllowedRoutes: fromNamespaces("HTTPRoute", uniqueSorted(t.Namespace, b.r.opts.CertManagerNamespace)),
+	})
+
+	mode := t.Spec.Certificates.Mode
+	switch mode {
+	case v1alpha1.CertificatesHTTP01:
+		for _, h := range b.httpHostnames() {
+			name := listenerName(h)
+			b.https = append(b.https, httpsListener{name, h, t.Name + "-" + name + "-tls"})
+		}
+	default:
+		secret := t.Name + "-wildcard-tls"
+		if mode == v1alpha1.CertificatesExistingSecret {
+			secret = t.Spec.Certificates.WildcardSecretRef.Name
+		}
+		b.https = append(b.https, httpsListener{"https", "*." + apex, secret}, httpsListener{"https-apex", apex, secret})
+		for _, c := range b.tree.children {
+			b.https = append(b.https, httpsListener{listenerName("*." + c.apex), "*." + c.apex, secret})
+		}
+	}
+	for _, h := range b.https {
+		add(gwv1.Listener{
+			Name: gwv1.SectionName(h.name), Port: 443, Protocol: gwv1.HTTPSProtocolType, Hostname: ptr(gwv1.Hostname(h.hostname)),
+			TLS: &gwv1.ListenerTLSConfig{
+				Mode:            ptr(gwv1.TLSModeTerminate),
+				CertificateRefs: []gwv1.SecretObjectReference{{Name: gwv1.ObjectName(h.secret)}},
+			},
+			AllowedRoutes: b.fromTree("HTTPRoute"),
+		})
+	}
+	for _, svc := range t.Spec.TLSPassthroughServices {
+		add(gwv1.Listener{
+			Name: gwv1.SectionName("tls-" + svc), Port: 443, Protocol: gwv1.TLSProtocolType,
+			Hostname:      ptr(gwv1.Hostname(svc + "." + apex)),
+			TLS:           &gwv1.ListenerTLSConfig{Mode: ptr(gwv1.TLSModePassthrough)},
+			AllowedRoutes: b.fromTree("TLSRoute"),
+		})
+	}
+	for _, pl := range t.Spec.TLSPassthroughListeners {
+		add(gwv1.Listener{
+			Name: gwv1.SectionName("tls-" + pl.Name), Port: gwv1.PortNumber(pl.Port), Protocol: gwv1.TLSProtocolType,
+			Hostname: ptr(gwv1.Hostname(pl.Hostname)),
+			TLS:      &gwv1.ListenerTLSConfig{Mode: ptr(gwv1.TLSModePassthrough)},
+			// A native-port listener is the tenant namespace's alone, not its children's.
+			AllowedRoutes: &gwv1.AllowedRoutes{
+				Namespaces: &gwv1.RouteNamespaces{From: ptr(gwv1.NamespacesFromSame)},
+				Kinds:      []gwv1.RouteGroupKind{{Kind: "TLSRoute"}},
+			},
+		})
+	}
+}
+
+// httpHostnames are the hostnames of the tree's HTTPRoutes attached to t's Gateway that lie
+// inside the tenant's apex or a child's, sorted and distinct. TLSRoute hostnames never get
+// an HTTPS listener: their backend terminates.
+func (b *build) httpHostnames() []string {
+	inTree := map[string]bool{}
+	for _, ns := range b.tree.namespaces {
+		inTree[ns] = true
+	}
+	var hosts []string
+	for _, h := range b.r.in.HTTPRoutes {
+		if !inTree[h.Namespace] || !attaches(h.Namespace, h.Spec.ParentRefs, b.t) {
+			continue
+		}
+		if ownedBy(h, b.t) {
+			continue // the redirect
+		}
+		for _, hn := range h.Spec.Hostnames {
+			if s := string(hn); s == b.t.Spec.Apex || strings.HasSuffix(s, "."+b.t.Spec.Apex) {
+				hosts = append(hosts, s)
+			}
+		}
+	}
+	slices.Sort(hosts)
+	return slices.Compact(hosts)
+}
+
+// attaches reports whether parentRefs of a route in namespace ns name t's Gateway.
+func attaches(ns string, refs []gwv1.ParentReference, t *v1alpha1.TenantGateway) bool {
+	for _, p := range refs {
+		pns := ns
+		if p.Namespace != nil {
+			pns = string(*p.Namespace)
+		}
+		group, kind := gwv1.GroupName, "Gateway"
+		if p.Group != nil {
+			group = string(*p.Group)
+		}
+		if p.Kind != nil {
+			kind = string(*p.Kind)
+		}
+		if group == gwv1.GroupName && kind == "Gateway" && pns == t.Namespace && string(p.Name) == t.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// redirect is the http listener's route: every request to the tenant's names, 301 to https.
+func (b *build) redirect() {
+	apex := b.t.Spec.Apex
+	b.routes = append(b.routes, &gwv1.HTTPRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "HTTPRoute"},
+		ObjectMeta: b.meta(redirectName(b.t)),
+		Spec: gwv1.HTTPRouteSpec{
+			CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{{
+				Name: gwv1.ObjectName(b.t.Name), SectionName: ptr(gwv1.SectionName("http")),
+			}}},
+			Hostnames: []gwv1.Hostname{gwv1.Hostname(apex), gwv1.Hostname("*." + apex)},
+			Rules: []gwv1.HTTPRouteRule{{
+				Matches: []gwv1.HTTPRouteMatch{{Path: &gwv1.HTTPPathMatch{Type: ptr(gwv1.PathMatchPathPrefix), Value: ptr("/")}}},
+				Filters: []gwv1.HTTPRouteFilter{{
+					Type:            gwv1.HTTPRouteFilterRequestRedirect,
+					RequestRedirect: &gwv1.HTTPRequestRedirectFilter{Scheme: ptr("https"), StatusCode: ptr(301)},
+				}},
+			}},
+		},
+	})
+}
+
+// certificates renders the cert-manager objects of the mode, and holds the HTTPS listeners
+// that cannot be ready.
+func (b *build) certificates() {
+	t := b.t
+	c := t.Spec.Certificates
+	if c.Mode == v1alpha1.CertificatesExistingSecret {
+		return
+	}
+	hold := func(reason string) {
+		for _, h := range b.https {
+			if _, held := b.st.held[h.name]; !held {
+				b.st.held[h.name] = reason
+			}
+		}
+	}
+	if !b.r.opts.CertManager {
+		hold(v1alpha1.ReasonCertificatesNeedCluster)
+	}
+	var issuer cmmeta.IssuerReference
+	switch {
+	case c.IssuerRef != nil:
+		issuer = *c.IssuerRef
+		if issuer.Kind == "" {
+			issuer.Kind = cmv1.IssuerKind
+		}
+		if issuer.Group == "" {
+			issuer.Group = "cert-manager.io"
+		}
+	case c.ACME != nil && (c.Mode == v1alpha1.CertificatesHTTP01 || c.DNS01 != nil):
+		name := t.Name + "-acme"
+		solver := acmev1.ACMEChallengeSolver{}
+		if c.Mode == v1alpha1.CertificatesHTTP01 {
+			solver.HTTP01 = &acmev1.ACMEChallengeSolverHTTP01{GatewayHTTPRoute: &acmev1.ACMEChallengeSolverHTTP01GatewayHTTPRoute{
+				ParentRefs: []gwv1.ParentReference{{
+					Name: gwv1.ObjectName(t.Name), Namespace: ptr(gwv1.Namespace(t.Namespace)), SectionName: ptr(gwv1.SectionName("http")),
+				}},
+			}}
+		} else {
+			solver.DNS01 = c.DNS01.DeepCopy()
+		}
+		b.issuers = append(b.issuers, &cmv1.Issuer{
+			TypeMeta:   metav1.TypeMeta{APIVersion: cmv1.SchemeGroupVersion.String(), Kind: cmv1.IssuerKind},
+			ObjectMeta: b.meta(name),
+			Spec: cmv1.IssuerSpec{IssuerConfig: cmv1.IssuerConfig{ACME: &acmev1.ACMEIssuer{
+				Server: c.ACME.Server, Email: c.ACME.Email,
+				PrivateKey: cmmeta.SecretKeySelector{LocalObjectReference: cmmeta.LocalObjectReference{Name: name + "-account"}},
+				Solvers:    []acmev1.ACMEChallengeSolver{solver},
+			}}},
+		})
+		issuer = cmmeta.IssuerReference{Name: name, Kind: cmv1.IssuerKind, Group: "cert-manager.io"}
+	default:
+		hold(v1alpha1.ReasonNoIssuer)
+		return
+	}
+	cert := func(name, secret string, dnsNames []string) {
+		b.certs = append(b.certs, &cmv1.Certificate{
+			TypeMeta:   metav1.TypeMeta{APIVersion: cmv1.SchemeGroupVersion.String(), Kind: cmv1.CertificateKind},
+			ObjectMeta: b.meta(name),
+			Spec:       cmv1.CertificateSpec{SecretName: secret, DNSNames: dnsNames, IssuerRef: issuer},
+		})
+	}
+	if c.Mode == v1alpha1.CertificatesDNS01 {
+		names := []string{t.Spec.Apex, "*." + t.Spec.Apex}
+		for _, ch := range b.tree.children {
+			names = append(names, "*."+ch.apex)
+		}
+		cert(t.Name+"-wildcard", t.Name+"-wildcard-tls", names)
+		return
+	}
+	for _, h := range b.https {
+		if strings.HasPrefix(h.hostname, "*.") {
+			// An HTTP-01 challenge cannot prove a wildcard name.
+			b.st.held[h.name] = v1alpha1.ReasonWildcardNeedsDNS01
+			continue
+		}
+		cert(t.Name+"-"+h.name, h.secret, []string{h.hostname})
+	}
+}
+
+// listenerStatus is the status of each listener as rendered: not ready until Complete sees
+// it programmed.
+func (b *build) listenerStatus() []v1alpha1.TenantListenerStatus {
+	secret := map[string]string{}
+	for _, h := range b.https {
+		secret[h.name] = h.secret
+	}
+	var out []v1alpha1.TenantListenerStatus
+	for _, l := range b.gw.Spec.Listeners {
+		ls := v1alpha1.TenantListenerStatus{Name: string(l.Name), Port: int32(l.Port), Certificate: secret[string(l.Name)]}
+		if l.Hostname != nil {
+			ls.Hostname = string(*l.Hostname)
+		}
+		ls.Reason = b.st.held[string(l.Name)]
+		out = append(out, ls)
+	}
+	return out
+}
+
+// Complete fills in what translate decided about each rendered Gateway: every listener's
+// attached routes and readiness, the addresses, and the Ready condition (True when the
+// Gateway and every listener are programmed and nothing holds a listener back).
+func Complete(out *Result, st *translate.Status, now func() metav1.Time) {
+	if now == nil {
+		now = metav1.Now
+	}
+	for i := range out.Tenants {
+		tn := &out.Tenants[i]
+		if tn.gw == nil || st == nil || meta.IsStatusConditionFalse(tn.Status.Conditions, v1alpha1.ConditionAccepted) {
+			continue
+		}
+		gs := st.Gateway(tn.gw.Namespace, tn.gw.Name)
+		if gs == nil {
+			continue
+		}
+		tn.Status.Addresses = gs.Addresses
+		byName := map[string]*gwv1.ListenerStatus{}
+		for j := range gs.Listeners {
+			byName[string(gs.Listeners[j].Name)] = &gs.Listeners[j]
+		}
+		var notReady []string
+		for j := range tn.Status.Listeners {
+			ls := &tn.Status.Listeners[j]
+			gl := byName[ls.Name]
+			if gl != nil {
+				ls.AttachedRoutes = gl.AttachedRoutes
+			}
+			programmed := gl != nil && meta.IsStatusConditionTrue(gl.Conditions, string(gwv1.ListenerConditionProgrammed))
+			ls.Ready = programmed && tn.held[ls.Name] == ""
+			if ls.Reason == "" && !programmed {
+				ls.Reason = "NotProgrammed"
+				if gl != nil {
+					if c := meta.FindStatusCondition(gl.Conditions, string(gwv1.ListenerConditionProgrammed)); c != nil {
+						ls.Reason = c.Reason
+					}
+				}
+			}
+			if !ls.Ready {
+				notReady = append(notReady, ls.Name+" ("+ls.Reason+")")
+			}
+		}
+		// A condition that keeps the previous Gateway (TooManyListeners, NameInUse…) stays.
+		if c := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason != v1alpha1.ReasonPending {
+			continue
+		}
+		gwProgrammed := meta.IsStatusConditionTrue(gs.Conditions, string(gwv1.GatewayConditionProgrammed))
+		var c metav1.Condition
+		switch {
+		case len(notReady) > 0:
+			c = metav1.Condition{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonListenersNotReady,
+				Message: fmt.Sprintf("%d of %d listeners not ready: %s", len(notReady), len(tn.Status.Listeners), strings.Join(notReady, ", "))}
+		case !gwProgrammed:
+			c = metav1.Condition{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPending, Message: "the Gateway is not programmed"}
+			if gc := meta.FindStatusCondition(gs.Conditions, string(gwv1.GatewayConditionProgrammed)); gc != nil {
+				c.Message = "the Gateway is not programmed: " + gc.Message
+			}
+		default:
+			c = metav1.Condition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady,
+				Message: fmt.Sprintf("the Gateway and its %d listeners are programmed", len(tn.Status.Listeners))}
+		}
+		c.Type, c.ObservedGeneration = v1alpha1.ConditionReady, tn.Status.ObservedGeneration
+		prev := slices.Clone(tn.Status.Conditions)
+		setCondition(&tn.Status.Conditions, prev, c, now)
+	}
+}
+
+func uniqueSorted(s ...string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,481 @@
+// Package render is the tenant stage of snigate's pipeline: a pure function from
+// TenantGateways (and the Namespaces, routes, Secrets and Gateways around them) to the
+// Gateway API and cert-manager objects that serve them, and each TenantGateway's status.
+// It does no I/O, like translate: the runner merges the rendered Gateway API objects into
+// translate's input (standalone), or a controller applies them (cluster).
+//
+//	out := render.Render(res, render.Options{Now: now})
+//	res = out.Merge(res)              // resources + rendered Gateways and HTTPRoutes
+//	tr := translate.Translate(res, …)
+//	render.Complete(out, tr.Status)   // listeners' attached routes, Ready
+//
+// What one TenantGateway <t> in namespace <ns> with apex <apex> renders (docs/tenants.md):
+//   - Gateway <t>, class spec.gatewayClassName, labelled snigate.dev/tenant-gateway=<t> and
+//     owned by the TenantGateway (controller ownerRef), with the listeners
+//     http (80: routes from <ns> and cert-manager's namespace only: the redirect and the
+//     HTTP-01 solvers, no app serves plaintext); https-* on 443 (one per HTTPRoute hostname
+//     in http01 mode; https (*.<apex>), https-apex and one per inheriting child apex
+//     otherwise); tls-<svc> on 443 (TLS Passthrough, <svc>.<apex>); tls-<name> on each
+//     passthrough listener's own port (routes from <ns> only);
+//   - HTTPRoute <t>-http-redirect on http: <apex> and *.<apex>, 301 to https. Its one rule
+//     matches every path by prefix "/", so the exact-path challenge routes of cert-manager
+//     take precedence (the Gateway API's longest-match rule);
+//   - per certificate mode: http01, an ACME Issuer <t>-acme (unless issuerRef names one) and
+//     one Certificate per HTTPS hostname, never for a TLSRoute hostname, which the backend
+//     terminates; dns01, an Issuer with spec.certificates.dns01 as its solver and one
+//     Certificate <t>-wildcard covering the apex, *.<apex> and each child's *.<child apex>;
+//     existingSecret, nothing (the HTTPS listeners serve the named Secret).
+//
+// The tenant tree of <t> is <ns>, every namespace labelled snigate.dev/gateway=<ns> (a child,
+// whose own apex is its snigate.dev/host label) and spec.attachedNamespaces. Routes of the
+// tree attach to the Gateway; the tree is written into the listeners' allowedRoutes as a list
+// of namespace names, so a namespace leaving the tree loses its routes at the next render.
+//
+// Bad input never breaks what runs: a TenantGateway whose spec is invalid, whose entries
+// overlap, whose listeners exceed a Gateway's 64, whose wildcard Secret is missing or not a
+// kubernetes.io/tls Secret, or whose Gateway name is taken by an object it does not own,
+// renders nothing new: Options.Previous's objects for it are rendered again (the previous
+// Gateway keeps serving) and the status says why.
+package render
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/resources"
+)
+
+// Labels and limits of the tenant model.
+const (
+	// LabelTenantGateway marks every rendered object with its TenantGateway's name.
+	LabelTenantGateway = "snigate.dev/tenant-gateway"
+	// LabelGateway on a Namespace names the namespace of the TenantGateway whose tree it is in.
+	LabelGateway = "snigate.dev/gateway"
+	// LabelHost on a Namespace is its apex.
+	LabelHost = "snigate.dev/host"
+
+	// MaxListeners is a Gateway's listener cap (Gateway API: spec.listeners maxItems 64).
+	MaxListeners = 64
+	// NearLimit is the listener count from which ListenerBudget warns.
+	NearLimit = 57
+)
+
+// Options configures Render.
+type Options struct {
+	// Now stamps LastTransitionTime of new conditions (default metav1.Now).
+	Now func() metav1.Time
+	// CertManager says cert-manager serves this cluster: without it (standalone mode) the
+	// HTTPS listeners of http01 and dns01 modes are not ready, reason
+	// CertificatesNeedCluster.
+	CertManager bool
+	// CertManagerNamespace may attach routes to the http listener (HTTP-01 solvers);
+	// default "cert-manager".
+	CertManagerNamespace string
+	// Previous is the last result; its objects for a TenantGateway are rendered again when
+	// the TenantGateway's new input cannot be (see the package doc).
+	Previous *Result
+}
+
+// Result is what Render made.
+type Result struct {
+	Gateways     []*gwv1.Gateway
+	HTTPRoutes   []*gwv1.HTTPRoute
+	Issuers      []*cmv1.Issuer
+	Certificates []*cmv1.Certificate
+	// Tenants holds the status of every TenantGateway, in namespace/name order.
+	Tenants []Tenant
+}
+
+// Tenant is one TenantGateway's status, and the Gateway rendered for it (nil when none).
+type Tenant struct {
+	Namespace string                       `json:"namespace"`
+	Name      string                       `json:"name"`
+	Status    v1alpha1.TenantGatewayStatus `json:"status"`
+	// listeners by name, for Complete: which are held not ready by render.
+	held map[string]string // listener name → reason
+	gw   *gwv1.Gateway
+}
+
+// Merge returns res with the rendered Gateways and HTTPRoutes added (a new Resources; res
+// is not changed, its objects are shared). Origins name each rendered object's
+// TenantGateway, so translate's errors point at the file a user wrote.
+func (r *Result) Merge(res *resources.Resources) *resources.Resources {
+	out := *res
+	out.Gateways = append(slices.Clip(res.Gateways), r.Gateways...)
+	out.HTTPRoutes = append(slices.Clip(res.HTTPRoutes), r.HTTPRoutes...)
+	if len(r.Gateways)+len(r.HTTPRoutes) > 0 {
+		out.Origins = make(map[string]string, len(res.Origins)+len(r.Gateways)+len(r.HTTPRoutes))
+		for k, v := range res.Origins {
+			out.Origins[k] = v
+		}
+		for _, g := range r.Gateways {
+			out.Origins[resources.OriginKey("Gateway", g.Namespace, g.Name)] = res.Origin("TenantGateway", g.Namespace, g.Labels[LabelTenantGateway])
+		}
+		for _, h := range r.HTTPRoutes {
+			out.Origins[resources.OriginKey("HTTPRoute", h.Namespace, h.Name)] = res.Origin("TenantGateway", h.Namespace, h.Labels[LabelTenantGateway])
+		}
+	}
+	return &out
+}
+
+// Render renders every TenantGateway of in.
+func Render(in *resources.Resources, opts Options) *Result {
+	if opts.Now == nil {
+		opts.Now = metav1.Now
+	}
+	if opts.CertManagerNamespace == "" {
+		opts.CertManagerNamespace = "cert-manager"
+	}
+	r := &renderer{in: in, opts: opts, out: &Result{}, namespaces: map[string]*corev1.Namespace{}}
+	for _, ns := range in.Namespaces {
+		r.namespaces[ns.Name] = ns
+	}
+	tgws := slices.Clone(in.TenantGateways)
+	// At most one TenantGateway per namespace: the oldest wins, then the name.
+	slices.SortFunc(tgws, func(a, b *v1alpha1.TenantGateway) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace),
+			a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
+	winner := map[string]*v1alpha1.TenantGateway{}
+	for _, t := range tgws {
+		if w := winner[t.Namespace]; w != nil {
+			r.refuse(t, v1alpha1.ReasonDuplicate, fmt.Sprintf("TenantGateway %s/%s is this namespace's TenantGateway: a namespace has at most one", w.Namespace, w.Name))
+			continue
+		}
+		winner[t.Namespace] = t
+		r.tenant(t)
+	}
+	slices.SortFunc(r.out.Tenants, func(a, b Tenant) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	for i := range r.out.Tenants {
+		sortConditions(r.out.Tenants[i].Status.Conditions)
+	}
+	if p := opts.Previous; p != nil {
+		// An object rendered the same as last time is the same pointer: the contract of
+		// package resources, on which translate's memo relies.
+		r.out.Gateways = reuse(r.out.Gateways, p.Gateways)
+		r.out.HTTPRoutes = reuse(r.out.HTTPRoutes, p.HTTPRoutes)
+		r.out.Issuers = reuse(r.out.Issuers, p.Issuers)
+		r.out.Certificates = reuse(r.out.Certificates, p.Certificates)
+		for i := range r.out.Tenants {
+			if g := r.out.Tenants[i].gw; g != nil {
+				for _, pg := range r.out.Gateways {
+					if pg.Namespace == g.Namespace && pg.Name == g.Name {
+						r.out.Tenants[i].gw = pg
+					}
+				}
+			}
+		}
+	}
+	return r.out
+}
+
+type renderer struct {
+	in         *resources.Resources
+	opts       Options
+	out        *Result
+	namespaces map[string]*corev1.Namespace
+}
+
+// tenant renders one TenantGateway, or its previous objects when it cannot.
+func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
+	t := src.DeepCopy() // defaults are applied to a copy: inputs are never changed
+	t.Default()
+	st := &Tenant{Namespace: t.Namespace, Name: t.Name, held: map[string]string{}}
+	st.Status.ObservedGeneration = t.Generation
+	st.Status.GatewayRef = &v1alpha1.GatewayRef{Name: t.Name, Namespace: t.Namespace}
+	cond := func(typ string, ok bool, reason, msg string) {
+		setCondition(&st.Status.Conditions, src.Status.Conditions, metav1.Condition{
+			Type: typ, Status: boolStatus(ok), Reason: reason, Message: msg, ObservedGeneration: t.Generation,
+		}, r.opts.Now)
+	}
+	keepPrevious := func(typ, reason, msg string) {
+		if typ == v1alpha1.ConditionAccepted {
+			cond(v1alpha1.ConditionAccepted, false, reason, msg)
+			cond(v1alpha1.ConditionReady, false, reason, "nothing new rendered: "+msg)
+		} else {
+			cond(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "the spec is valid")
+			cond(v1alpha1.ConditionReady, false, reason, msg)
+		}
+		r.previous(t, st)
+		r.out.Tenants = append(r.out.Tenants, *st)
+	}
+
+	if errs := t.Validate(); len(errs) > 0 {
+		keepPrevious(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalid, errs.ToAggregate().Error())
+		return
+	}
+	if msg := overlaps(t); msg != "" {
+		keepPrevious(v1alpha1.ConditionAccepted, v1alpha1.ReasonHostnameOverlap, msg)
+		return
+	}
+	if msg := r.nameInUse(t); msg != "" {
+		keepPrevious(v1alpha1.ConditionReady, v1alpha1.ReasonNameInUse, msg)
+		return
+	}
+	tree := r.tree(t)
+	b := &build{r: r, t: t, st: st, tree: tree}
+	b.listeners()
+	n := len(b.gw.Spec.Listeners)
+	st.Status.ListenerCount = int32(n)
+	if n >= NearLimit {
+		cond(v1alpha1.ConditionListenerBudget, false, v1alpha1.ReasonNearLimit, fmt.Sprintf(
+			"%d of a Gateway's %d listeners: each HTTPS hostname of http01 mode takes one; mode dns01 or existingSecret serves every hostname of the tenant with one wildcard listener", n, MaxListeners))
+	} else {
+		cond(v1alpha1.ConditionListenerBudget, true, v1alpha1.ReasonWithinBudget, fmt.Sprintf("%d of a Gateway's %d listeners", n, MaxListeners))
+	}
+	if n > MaxListeners {
+		keepPrevious(v1alpha1.ConditionReady, v1alpha1.ReasonTooManyListeners, fmt.Sprintf(
+			"the spec and its routes need %d listeners, more than a Gateway's %d: the previous Gateway stays", n, MaxListeners))
+		return
+	}
+	if reason, msg := r.wildcardSecret(t); reason != "" {
+		keepPrevious(v1alpha1.ConditionReady, reason, msg)
+		return
+	}
+	b.redirect()
+	b.certificates()
+	cond(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "the spec is valid")
+	cond(v1alpha1.ConditionReady, false, v1alpha1.ReasonPending, "waiting for the Gateway to be programmed")
+	st.gw = b.gw
+	st.Status.Listeners = b.listenerStatus()
+	r.out.Gateways = append(r.out.Gateways, b.gw)
+	r.out.HTTPRoutes = append(r.out.HTTPRoutes, b.routes...)
+	r.out.Issuers = append(r.out.Issuers, b.issuers...)
+	r.out.Certificates = append(r.out.Certificates, b.certs...)
+	r.out.Tenants = append(r.out.Tenants, *st)
+}
+
+// refuse records the status of a TenantGateway that renders nothing at all.
+func (r *renderer) refuse(t *v1alpha1.TenantGateway, reason, msg string) {
+	st := Tenant{Namespace: t.Namespace, Name: t.Name}
+	st.Status.ObservedGeneration = t.Generation
+	for _, typ := range []string{v1alpha1.ConditionAccepted, v1alpha1.ConditionReady} {
+		setCondition(&st.Status.Conditions, t.Status.Conditions, metav1.Condition{
+			Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: t.Generation,
+		}, r.opts.Now)
+	}
+	r.out.Tenants = append(r.out.Tenants, st)
+}
+
+// previous renders again what the previous result held for t.
+func (r *renderer) previous(t *v1alpha1.TenantGateway, st *Tenant) {
+	p := r.opts.Previous
+	if p == nil {
+		return
+	}
+	mine := func(m metav1.Object) bool {
+		return m.GetNamespace() == t.Namespace && m.GetLabels()[LabelTenantGateway] == t.Name
+	}
+	for _, g := range p.Gateways {
+		if mine(g) {
+			r.out.Gateways = append(r.out.Gateways, g)
+			st.gw = g
+		}
+	}
+	for _, h := range p.HTTPRoutes {
+		if mine(h) {
+			r.out.HTTPRoutes = append(r.out.HTTPRoutes, h)
+		}
+	}
+	for _, i := range p.Issuers {
+		if mine(i) {
+			r.out.Issuers = append(r.out.Issuers, i)
+		}
+	}
+	for _, c := range p.Certificates {
+		if mine(c) {
+			r.out.Certificates = append(r.out.Certificates, c)
+		}
+	}
+	for _, pt := range p.Tenants {
+		if pt.Namespace == t.Namespace && pt.Name == t.Name {
+			st.Status.Listeners, st.Status.ListenerCount, st.held = pt.Status.Listeners, pt.Status.ListenerCount, pt.held
+		}
+	}
+}
+
+// nameInUse names an object at a rendered name that t does not own, or "".
+func (r *renderer) nameInUse(t *v1alpha1.TenantGateway) string {
+	for _, g := range r.in.Gateways {
+		if g.Namespace == t.Namespace && g.Name == t.Name && !ownedBy(g, t) {
+			return fmt.Sprintf("Gateway %s/%s exists and is not this TenantGateway's: rename one of them", g.Namespace, g.Name)
+		}
+	}
+	for _, h := range r.in.HTTPRoutes {
+		if h.Namespace == t.Namespace && h.Name == redirectName(t) && !ownedBy(h, t) {
+			return fmt.Sprintf("HTTPRoute %s/%s exists and is not this TenantGateway's: rename one of them", h.Namespace, h.Name)
+		}
+	}
+	return ""
+}
+
+// ownedBy reports whether o's controller is t (by UID when t has one, as in a cluster).
+func ownedBy(o metav1.Object, t *v1alpha1.TenantGateway) bool {
+	ref := metav1.GetControllerOf(o)
+	return ref != nil && ref.Kind == "TenantGateway" && ref.Name == t.Name && (t.UID == "" || ref.UID == t.UID)
+}
+
+// wildcardSecret checks the existingSecret mode's Secret.
+func (r *renderer) wildcardSecret(t *v1alpha1.TenantGateway) (reason, msg string) {
+	c := t.Spec.Certificates
+	if c.Mode != v1alpha1.CertificatesExistingSecret {
+		return "", ""
+	}
+	name := c.WildcardSecretRef.Name
+	for _, s := range r.in.Secrets {
+		if s.Namespace != t.Namespace || s.Name != name {
+			continue
+		}
+		if s.Type != corev1.SecretTypeTLS || len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
+			return v1alpha1.ReasonInvalidSecret, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s is type %q; want %s with %s and %s",
+				t.Namespace, name, s.Type, corev1.SecretTypeTLS, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+		}
+		return "", ""
+	}
+	return v1alpha1.ReasonSecretNotFound, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s not found", t.Namespace, name)
+}
+
+// tree is t's namespaces: its own, its children (labelled snigate.dev/gateway=<ns>) and
+// the attached ones, sorted; children maps each child with an apex under t's to that apex.
+type tree struct {
+	namespaces []string
+	children   []child
+}
+
+type child struct{ namespace, apex string }
+
+func (r *renderer) tree(t *v1alpha1.TenantGateway) tree {
+	seen := map[string]bool{t.Namespace: true}
+	var tr tree
+	for _, ns := range r.in.Namespaces {
+		if ns.Name == t.Namespace || ns.Labels[LabelGateway] != t.Namespace {
+			continue
+		}
+		seen[ns.Name] = true
+		if apex := ns.Labels[LabelHost]; apex != "" && apex != t.Spec.Apex && strings.HasSuffix(apex, "."+t.Spec.Apex) {
+			tr.children = append(tr.children, child{ns.Name, apex})
+		}
+	}
+	for _, ns := range t.Spec.AttachedNamespaces {
+		seen[ns] = true
+	}
+	for ns := range seen {
+		tr.namespaces = append(tr.namespaces, ns)
+	}
+	slices.Sort(tr.namespaces)
+	slices.SortFunc(tr.children, func(a, b child) int { return strings.Compare(a.apex, b.apex) })
+	return tr
+}
+
+// overlaps names passthrough entries whose hostnames overlap (equal, or one wildcard
+// covering the other), or "". Each entry has a port of its own, so snigate would route them
+// apart; but one name reaching two backends depending on the port is almost always a
+// mistake, and the certificates of both would name it.
+func overlaps(t *v1alpha1.TenantGateway) string {
+	type entry struct{ what, host string }
+	var es []entry
+	for _, s := range t.Spec.TLSPassthroughServices {
+		es = append(es, entry{"tlsPassthroughServices[" + s + "]", s + "." + t.Spec.Apex})
+	}
+	for _, l := range t.Spec.TLSPassthroughListeners {
+		es = append(es, entry{"tlsPassthroughListeners[" + l.Name + "]", l.Hostname})
+	}
+	var found []string
+	for i := range es {
+		for j := i + 1; j < len(es); j++ {
+			if hostsOverlap(es[i].host, es[j].host) {
+				found = append(found, fmt.Sprintf("%s (%s) and %s (%s)", es[i].what, es[i].host, es[j].what, es[j].host))
+			}
+		}
+	}
+	if len(found) == 0 {
+		return ""
+	}
+	return "hostnames overlap: " + strings.Join(found, "; ")
+}
+
+// hostsOverlap reports whether some name matches both hostnames (exact or "*." wildcards,
+// which match one or more labels, as Gateway API listener hostnames do).
+func hostsOverlap(a, b string) bool {
+	if a == b {
+		return true
+	}
+	covers := func(w, h string) bool {
+		suffix, ok := strings.CutPrefix(w, "*")
+		return ok && strings.HasSuffix(h, suffix) && len(h) > len(suffix)
+	}
+	return covers(a, b) || covers(b, a)
+}
+
+// listenerName is https-<first label>-<8 hex of sha256(hostname)>: unique per hostname,
+// readable, and a valid section name ("wildcard" stands for a first label "*").
+func listenerName(hostname string) string {
+	first, _, _ := strings.Cut(hostname, ".")
+	if first == "*" {
+		first = "wildcard"
+	}
+	sum := sha256.Sum256([]byte(hostname))
+	return "https-" + first + "-" + hex.EncodeToString(sum[:4])
+}
+
+func redirectName(t *v1alpha1.TenantGateway) string { return t.Name + "-http-redirect" }
+
+func boolStatus(ok bool) metav1.ConditionStatus {
+	if ok {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}
+
+// setCondition adds c to conds, keeping the LastTransitionTime of prev's condition of the
+// same type when its status did not change (it only moves on a transition).
+func setCondition(conds *[]metav1.Condition, prev []metav1.Condition, c metav1.Condition, now func() metav1.Time) {
+	c.LastTransitionTime = now()
+	for _, p := range prev {
+		if p.Type == c.Type && p.Status == c.Status {
+			c.LastTransitionTime = p.LastTransitionTime
+		}
+	}
+	for i := range *conds {
+		if (*conds)[i].Type == c.Type {
+			(*conds)[i] = c
+			return
+		}
+	}
+	*conds = append(*conds, c)
+}
+
+// conditionOrder is the order conditions are listed in.
+var conditionOrder = map[string]int{v1alpha1.ConditionAccepted: 0, v1alpha1.ConditionReady: 1, v1alpha1.ConditionListenerBudget: 2}
+
+func sortConditions(c []metav1.Condition) {
+	slices.SortStableFunc(c, func(a, b metav1.Condition) int { return conditionOrder[a.Type] - conditionOrder[b.Type] })
+}
+
+// reuse replaces each object of objs equal to one of prev (same namespace and name, equal
+// content) by that one.
+func reuse[T metav1.Object](objs, prev []T) []T {
+	byKey := make(map[[2]string]T, len(prev))
+	for _, p := range prev {
+		byKey[[2]string{p.GetNamespace(), p.GetName()}] = p
+	}
+	for i, o := range objs {
+		if p, ok := byKey[[2]string{o.GetNamespace(), o.GetName()}]; ok && equality.Semantic.DeepEqual(o, p) {
+			objs[i] = p
+		}
+	}
+	return objs
+}

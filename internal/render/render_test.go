@@ -1,0 +1,118 @@
+package render
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/source/file"
+)
+
+func load(t *testing.T, path string) *resources.Resources {
+	t.Helper()
+	res, err := file.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func readyReason(t *testing.T, out *Result, name string) string {
+	t.Helper()
+	for _, tn := range out.Tenants {
+		if tn.Name == name {
+			if c := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionReady); c != nil {
+				return c.Reason
+			}
+		}
+	}
+	t.Fatalf("no Ready condition for %s", name)
+	return ""
+}
+
+// Bad input never replaces what runs: with the wildcard Secret gone, or too many listeners,
+// the previous Gateway is rendered again, the very same object, and Ready says why.
+func TestPreviousKeepsServing(t *testing.T) {
+	good := load(t, "testdata/existing-secret.in.yaml")
+	first, _ := run(good, Options{Now: now})
+	if len(first.Gateways) != 1 || readyReason(t, first, "acme") != v1alpha1.ReasonReady {
+		t.Fatalf("the good input: %d Gateways, Ready %s", len(first.Gateways), readyReason(t, first, "acme"))
+	}
+
+	// The same input again: the same pointers (translate's memo keys on them).
+	again, _ := run(good, Options{Now: now, Previous: first})
+	if again.Gateways[0] != first.Gateways[0] || again.HTTPRoutes[0] != first.HTTPRoutes[0] {
+		t.Error("an unchanged render gave new objects")
+	}
+
+	noSecret := *good
+	noSecret.Secrets = nil
+	kept, tr := run(&noSecret, Options{Now: now, Previous: first})
+	if len(kept.Gateways) != 1 || kept.Gateways[0] != first.Gateways[0] {
+		t.Fatalf("without the Secret: Gateways %v, want the previous one", kept.Gateways)
+	}
+	if r := readyReason(t, kept, "acme"); r != v1alpha1.ReasonSecretNotFound {
+		t.Errorf("Ready reason %s, want SecretNotFound", r)
+	}
+	if len(tr.Errors) > 0 {
+		t.Errorf("translate rejected the kept Gateway: %v", tr.Errors)
+	}
+
+	// Too many listeners: an http01 TenantGateway whose routes ask for 64 HTTPS hostnames.
+	big := load(t, "testdata/cluster-budget.in.yaml")
+	out, _ := run(big, Options{Now: now, CertManager: true})
+	if r := readyReason(t, out, "huge"); r != v1alpha1.ReasonTooManyListeners {
+		t.Errorf("huge: Ready reason %s, want TooManyListeners", r)
+	}
+	for _, g := range out.Gateways {
+		if g.Name == "huge" {
+			t.Error("huge rendered a Gateway over the cap")
+		}
+	}
+	for _, tn := range out.Tenants {
+		if tn.Name == "huge" && tn.Status.ListenerCount != 65 {
+			t.Errorf("huge: listener count %d, want 65", tn.Status.ListenerCount)
+		}
+		if tn.Name == "big" {
+			c := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionListenerBudget)
+			if c == nil || c.Reason != v1alpha1.ReasonNearLimit || !strings.Contains(c.Message, "dns01") {
+				t.Errorf("big: ListenerBudget %+v, want NearLimit saying what to do", c)
+			}
+		}
+	}
+}
+
+func TestHostsOverlap(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"a.example.com", "a.example.com", true},
+		{"*.example.com", "a.example.com", true},
+		{"*.example.com", "a.b.example.com", true},
+		{"a.b.example.com", "*.example.com", true},
+		{"*.example.com", "example.com", false},
+		{"*.pg.example.com", "*.example.com", true},
+		{"a.example.com", "b.example.com", false},
+		{"*.a.example.com", "*.b.example.com", false},
+	} {
+		if got := hostsOverlap(c.a, c.b); got != c.want {
+			t.Errorf("hostsOverlap(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func TestListenerName(t *testing.T) {
+	if got := listenerName("app.example.com"); !strings.HasPrefix(got, "https-app-") || len(got) != len("https-app-")+8 {
+		t.Errorf("listenerName = %q", got)
+	}
+	if got := listenerName("*.apps.example.com"); !strings.HasPrefix(got, "https-wildcard-") {
+		t.Errorf("listenerName of a wildcard = %q", got)
+	}
+	if listenerName("a.example.com") == listenerName("a.example.org") {
+		t.Error("two hostnames with one name")
+	}
+}
