@@ -1,17 +1,25 @@
 package main
 
 import (
+	"bufio"
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
 
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/render"
+	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/source/file"
 	"github.com/snigate/snigate/internal/translate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// check validates manifests without serving. It prints every object's status conditions and
-// the effective routing table (writeReport), then the problems, and returns exit
-// code 1 when the input is rejected or any condition reports a problem.
+// check validates manifests without serving. It renders the TenantGateways as serve does,
+// prints every TenantGateway's status (writeTenants), every object's status conditions and
+// the effective routing table (writeReport), then the problems, and returns exit code 1 when
+// the input is rejected or any condition reports a problem (a TenantGateway's
+// ListenerBudget warns without failing).
 func check(args []string, out io.Writer) (int, error) {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	var paths pathsFlag
@@ -27,13 +35,28 @@ func check(args []string, out io.Writer) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	// TenantGateways are rendered as serve renders them; the report covers what they render.
+	rendered := render.Render(res, render.Options{})
+	res = rendered.Merge(res)
 	r := translate.Translate(res, translate.Options{DefaultBindAddress: *bind, Generation: 1})
+	render.Complete(rendered, r.Status, nil)
 	if len(r.Errors) == 0 {
+		if err := writeTenants(out, res, rendered); err != nil {
+			return 1, err
+		}
 		if err := writeReport(out, res, r); err != nil {
 			return 1, err
 		}
 	}
-	if list := problems(r); len(list) > 0 {
+	list := problems(r)
+	for _, t := range rendered.Tenants {
+		for _, c := range t.Status.Conditions {
+			if c.Status != metav1.ConditionTrue && c.Type != v1alpha1.ConditionListenerBudget {
+				list = append(list, fmt.Sprintf("TenantGateway %s/%s: %s=%s (%s): %s", t.Namespace, t.Name, c.Type, c.Status, c.Reason, c.Message))
+			}
+		}
+	}
+	if len(list) > 0 {
 		fmt.Fprintf(out, "\n%d problem(s):\n", len(list))
 		for _, p := range list {
 			fmt.Fprintln(out, "  -", p)
@@ -41,4 +64,35 @@ func check(args []string, out io.Writer) (int, error) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// writeTenants prints each TenantGateway: its apex and mode, its conditions and the listeners
+// it rendered. Nothing is printed without TenantGateways.
+func writeTenants(out io.Writer, in *resources.Resources, r *render.Result) error {
+	w := bufio.NewWriter(out)
+	for _, t := range r.Tenants {
+		var apex, mode string
+		for _, tg := range in.TenantGateways {
+			if tg.Namespace == t.Namespace && tg.Name == t.Name {
+				apex, mode = tg.Spec.Apex, string(cmp.Or(tg.Spec.Certificates.Mode, v1alpha1.CertificatesHTTP01))
+			}
+		}
+		fmt.Fprintf(w, "TenantGateway %s/%s  apex: %s  certificates: %s  listeners: %d of %d\n",
+			t.Namespace, t.Name, apex, mode, t.Status.ListenerCount, render.MaxListeners)
+		writeConditions(w, "  ", t.Status.Conditions)
+		for _, l := range t.Status.Listeners {
+			state := "ready"
+			if !l.Ready {
+				state = "not ready (" + l.Reason + ")"
+			}
+			host := cmp.Or(l.Hostname, "*")
+			fmt.Fprintf(w, "  listener %s  :%d  %s  routes: %d  %s", l.Name, l.Port, host, l.AttachedRoutes, state)
+			if l.Certificate != "" {
+				fmt.Fprintf(w, "  certificate: Secret %s", l.Certificate)
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w)
+	}
+	return w.Flush()
 }

@@ -32,6 +32,7 @@ const usage = `snigate: one IP, many TLS services, routed by SNI.
 Usage:
   snigate serve -f PATH [flags]   serve Gateway API manifests from files
   snigate check -f PATH           validate manifests, print status and routing table
+  snigate render -f PATH          print what the TenantGateways in PATH render to, as YAML
   snigate echo --listen ADDR      run a TLS, TCP or HTTP (--http) echo backend for demos and tests
   snigate controller [flags]      run against a Kubernetes API server (see config/README.md)
   snigate dataplane --gateway NS/NAME  serve one Gateway from the API server (provisioned by the controller)
@@ -55,6 +56,12 @@ func main() {
 	case "check":
 		var code int
 		code, err = check(os.Args[2:], os.Stdout)
+		if err == nil && code != 0 {
+			os.Exit(code)
+		}
+	case "render":
+		var code int
+		code, err = renderCmd(os.Args[2:], os.Stdout, os.Stderr)
 		if err == nil && code != 0 {
 			os.Exit(code)
 		}

@@ -29,6 +29,8 @@ type State struct {
 	// Status and Table are the translate stage's status and the snapshot description.
 	Status any `json:"status,omitempty"`
 	Table  any `json:"table,omitempty"`
+	// Tenants is the status of every TenantGateway rendered in memory (standalone mode).
+	Tenants any `json:"tenants,omitempty"`
 }
 
 // Server is the admin HTTP server.

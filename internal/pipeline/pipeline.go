@@ -9,6 +9,9 @@
 //
 // What Run does, in order:
 //
+//  0. With Config.Render, the TenantGateways are rendered (package render) and the rendered
+//     Gateways and HTTPRoutes join the resources; the previous render is kept, so a
+//     TenantGateway whose new input cannot be rendered keeps its previous Gateway.
 //  1. translate.Translate(res) with a Memo carried from one Run to the next (a change of one
 //     route among 100 000 hostnames translates that route alone). With Config.Gateway set,
 //     a second translation (with a memo of its own) of that Gateway alone gives the snapshot
@@ -38,6 +41,7 @@ import (
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/render"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/translate"
@@ -55,6 +59,10 @@ type Config struct {
 	Logger  *slog.Logger
 	// Translate is passed to every translation (Generation and Memo are the runner's).
 	Translate translate.Options
+	// Render renders TenantGateways in memory (standalone mode; in a cluster a controller
+	// applies the rendered objects instead). RenderOptions.Previous and Now are the runner's.
+	Render        bool
+	RenderOptions render.Options
 	// Gateway ("namespace/name"), when set, limits the snapshot given to Apply to that
 	// Gateway: its data plane serves nothing else, and no other Gateway's claim on a port
 	// can take the port from it. Status still covers every Gateway.
@@ -78,6 +86,7 @@ type Runner struct {
 	generation uint64
 	memo       translate.Memo // the full translation's
 	gwMemo     translate.Memo // the one-Gateway translation's
+	rendered   *render.Result // the last applied render
 
 	// stateMu guards what State reads alone, so /status and /readyz answer at once while a
 	// long Run (100 000 routes take about a second) goes on.
@@ -168,9 +177,19 @@ func (r *Runner) run(res *resources.Resources) error {
 	opts := r.cfg.Translate
 	opts.Generation = r.generation + 1
 	opts.Memo = &r.memo
+	var rendered *render.Result
+	if r.cfg.Render {
+		ro := r.cfg.RenderOptions
+		ro.Previous, ro.Now = r.rendered, opts.Now
+		rendered = render.Render(res, ro)
+		res = rendered.Merge(res)
+	}
 	out := translate.Translate(res, opts)
 	if len(out.Errors) > 0 {
 		return &InputError{Err: errors.Join(out.Errors...)}
+	}
+	if rendered != nil {
+		render.Complete(rendered, out.Status, opts.Now)
 	}
 	if r.cfg.Publish != nil {
 		r.cfg.Publish(out.Status)
@@ -190,11 +209,15 @@ func (r *Runner) run(res *resources.Resources) error {
 		}
 	}
 	r.generation = opts.Generation
+	r.rendered = rendered
 	routes := snap.RouteHostnames()
 	r.cfg.Metrics.Generation.Set(float64(r.generation))
 	r.cfg.Metrics.Routes.Set(float64(routes))
 	r.stateMu.Lock()
 	r.state = admin.State{Ready: true, Generation: r.generation, Status: out.Status}
+	if rendered != nil && len(rendered.Tenants) > 0 {
+		r.state.Tenants = rendered.Tenants
+	}
 	r.snap, r.table = snap, nil
 	r.stateMu.Unlock()
 	r.log.Info("configuration applied", "generation", r.generation, "ports", len(snap.Ports),

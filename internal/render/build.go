@@ -36,16 +36,22 @@ type httpsListener struct {
 	name, hostname, secret string
 }
 
-// meta is the metadata of every rendered object: t's namespace, its label, t as controller.
+// meta is the metadata of every rendered object: t's namespace, its label and, when t has a
+// UID (it was read from a cluster), t as controller. An owner reference without a UID is
+// refused by the API server, so objects rendered from files (snigate render, for GitOps)
+// carry the label alone.
 func (b *build) meta(name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
+	m := metav1.ObjectMeta{
 		Name: name, Namespace: b.t.Namespace,
 		Labels: map[string]string{LabelTenantGateway: b.t.Name},
-		OwnerReferences: []metav1.OwnerReference{{
+	}
+	if b.t.UID != "" {
+		m.OwnerReferences = []metav1.OwnerReference{{
 			APIVersion: v1alpha1.GroupVersion.String(), Kind: "TenantGateway", Name: b.t.Name, UID: b.t.UID,
 			Controller: ptr(true), BlockOwnerDeletion: ptr(true),
-		}},
+		}}
 	}
+	return m
 }
 
 // fromTree allows kind from the tenant tree's namespaces.

@@ -59,7 +59,9 @@ func New(cfg Config) *Runner {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 20 * time.Millisecond
 	}
-	pc := pipeline.Config{Metrics: cfg.Metrics, Logger: cfg.Logger, Translate: cfg.Translate}
+	// TenantGateways in the files are rendered in memory; without a cluster there is no
+	// cert-manager, which their status says.
+	pc := pipeline.Config{Metrics: cfg.Metrics, Logger: cfg.Logger, Translate: cfg.Translate, Render: true}
 	if cfg.Proxy != nil {
 		pc.Apply = cfg.Proxy.Apply
 	}
