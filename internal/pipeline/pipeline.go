@@ -179,6 +179,12 @@ func (r *Runner) run(res *resources.Resources) error {
 	opts.Memo = &r.memo
 	var rendered *render.Result
 	if r.cfg.Render {
+		// A TenantGateway the CRD would refuse is invalid input, like any other: in a
+		// cluster the API server refuses it; from files the reload is rejected, naming the
+		// file, the object and the field.
+		if err := validateTenants(res); err != nil {
+			return &InputError{Err: err}
+		}
 		ro := r.cfg.RenderOptions
 		ro.Previous, ro.Now = r.rendered, opts.Now
 		rendered = render.Render(res, ro)
@@ -248,4 +254,21 @@ func bindError(origins map[string]string, be *proxy.BindError) error {
 		where = resources.DescribeOrigin(o) + " (" + where + ")"
 	}
 	return fmt.Errorf("%s: spec.listeners[name=%s].port: cannot bind %s: %w", where, parts[2], be.Address, be.Err)
+}
+
+// validateTenants runs the CRD's rules on every TenantGateway.
+func validateTenants(res *resources.Resources) error {
+	var errs []error
+	for _, t := range res.TenantGateways {
+		d := t.DeepCopy()
+		d.Default()
+		where := "TenantGateway " + t.Namespace + "/" + t.Name
+		if o := res.Origin("TenantGateway", t.Namespace, t.Name); o != "" {
+			where = resources.DescribeOrigin(o) + " (" + where + ")"
+		}
+		for _, e := range d.Validate() {
+			errs = append(errs, fmt.Errorf("%s: %s", where, e.Error()))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -93,6 +93,10 @@ type Result struct {
 	HTTPRoutes   []*gwv1.HTTPRoute
 	Issuers      []*cmv1.Issuer
 	Certificates []*cmv1.Certificate
+	// Secrets are the wildcard Secrets the existingSecret Gateways serve: the current one,
+	// or the last good one while the current is missing or invalid (Merge puts them in
+	// place of what the input holds, so the previous Gateway keeps its certificate).
+	Secrets []*corev1.Secret
 	// Tenants holds the status of every TenantGateway, in namespace/name order.
 	Tenants []Tenant
 }
@@ -103,8 +107,9 @@ type Tenant struct {
 	Name      string                       `json:"name"`
 	Status    v1alpha1.TenantGatewayStatus `json:"status"`
 	// listeners by name, for Complete: which are held not ready by render.
-	held map[string]string // listener name → reason
-	gw   *gwv1.Gateway
+	held   map[string]string // listener name → reason
+	gw     *gwv1.Gateway
+	secret *corev1.Secret // the wildcard Secret served (existingSecret mode)
 }
 
 // Merge returns res with the rendered Gateways and HTTPRoutes added (a new Resources; res
@@ -114,6 +119,27 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 	out := *res
 	out.Gateways = append(slices.Clip(res.Gateways), r.Gateways...)
 	out.HTTPRoutes = append(slices.Clip(res.HTTPRoutes), r.HTTPRoutes...)
+	if len(r.Secrets) > 0 {
+		kept := map[[2]string]*corev1.Secret{}
+		for _, s := range r.Secrets {
+			kept[[2]string{s.Namespace, s.Name}] = s
+		}
+		out.Secrets = make([]*corev1.Secret, 0, len(res.Secrets)+len(kept))
+		for _, s := range res.Secrets {
+			k := [2]string{s.Namespace, s.Name}
+			if ks, ok := kept[k]; ok {
+				out.Secrets = append(out.Secrets, ks)
+				delete(kept, k)
+			} else {
+				out.Secrets = append(out.Secrets, s)
+			}
+		}
+		for _, s := range r.Secrets {
+			if _, ok := kept[[2]string{s.Namespace, s.Name}]; ok {
+				out.Secrets = append(out.Secrets, s)
+			}
+		}
+	}
 	if len(r.Gateways)+len(r.HTTPRoutes) > 0 {
 		out.Origins = make(map[string]string, len(res.Origins)+len(r.Gateways)+len(r.HTTPRoutes))
 		for k, v := range res.Origins {
@@ -241,9 +267,14 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 			"the spec and its routes need %d listeners, more than a Gateway's %d: the previous Gateway stays", n, MaxListeners))
 		return
 	}
-	if reason, msg := r.wildcardSecret(t); reason != "" {
+	secret, reason, msg := r.wildcardSecret(t)
+	if reason != "" {
 		keepPrevious(v1alpha1.ConditionReady, reason, msg)
 		return
+	}
+	if secret != nil {
+		st.secret = secret
+		r.out.Secrets = append(r.out.Secrets, secret)
 	}
 	b.redirect()
 	b.certificates()
@@ -303,6 +334,10 @@ func (r *renderer) previous(t *v1alpha1.TenantGateway, st *Tenant) {
 	for _, pt := range p.Tenants {
 		if pt.Namespace == t.Namespace && pt.Name == t.Name {
 			st.Status.Listeners, st.Status.ListenerCount, st.held = pt.Status.Listeners, pt.Status.ListenerCount, pt.held
+			if pt.secret != nil {
+				st.secret = pt.secret
+				r.out.Secrets = append(r.out.Secrets, pt.secret)
+			}
 		}
 	}
 }
@@ -328,11 +363,11 @@ func ownedBy(o metav1.Object, t *v1alpha1.TenantGateway) bool {
 	return ref != nil && ref.Kind == "TenantGateway" && ref.Name == t.Name && (t.UID == "" || ref.UID == t.UID)
 }
 
-// wildcardSecret checks the existingSecret mode's Secret.
-func (r *renderer) wildcardSecret(t *v1alpha1.TenantGateway) (reason, msg string) {
+// wildcardSecret returns the existingSecret mode's Secret, or why it cannot serve.
+func (r *renderer) wildcardSecret(t *v1alpha1.TenantGateway) (secret *corev1.Secret, reason, msg string) {
 	c := t.Spec.Certificates
 	if c.Mode != v1alpha1.CertificatesExistingSecret {
-		return "", ""
+		return nil, "", ""
 	}
 	name := c.WildcardSecretRef.Name
 	for _, s := range r.in.Secrets {
@@ -340,12 +375,12 @@ func (r *renderer) wildcardSecret(t *v1alpha1.TenantGateway) (reason, msg string
 			continue
 		}
 		if s.Type != corev1.SecretTypeTLS || len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
-			return v1alpha1.ReasonInvalidSecret, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s is type %q; want %s with %s and %s",
+			return nil, v1alpha1.ReasonInvalidSecret, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s is type %q; want %s with %s and %s",
 				t.Namespace, name, s.Type, corev1.SecretTypeTLS, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
 		}
-		return "", ""
+		return s, "", ""
 	}
-	return v1alpha1.ReasonSecretNotFound, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s not found", t.Namespace, name)
+	return nil, v1alpha1.ReasonSecretNotFound, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s not found", t.Namespace, name)
 }
 
 // tree is t's namespaces: its own, its children (labelled snigate.dev/gateway=<ns>) and
