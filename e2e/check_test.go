@@ -93,3 +93,49 @@ func TestCheckReportsProblems(t *testing.T) {
 		}
 	}
 }
+
+// The tenant example renders, is Ready, and `snigate render` prints the same objects every
+// time: the Gateway with its five listeners and the redirect, nothing for cert-manager.
+func TestCheckAndRenderTenantExample(t *testing.T) {
+	needBinary(t)
+	example := filepath.Join(repoRootDir(t), "examples", "tenant")
+	out, code := runCheck(t, example)
+	if code != 0 {
+		t.Fatalf("snigate check -f examples/tenant: exit %d\n%s", code, out)
+	}
+	for _, want := range []string{
+		"TenantGateway acme/acme  apex: acme.test  certificates: existingSecret  listeners: 5 of 64",
+		"Accepted=True (Accepted)  Ready=True (Ready)  ListenerBudget=True (WithinBudget)",
+		"listener tls-vault  :443  vault.acme.test  routes: 1  ready",
+		"listener tls-pg  :5432  *.pg.acme.test  routes: 1  ready",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	render := func() string {
+		b, err := exec.Command(snigateBin, "render", "-f", example).Output()
+		if err != nil {
+			t.Fatalf("snigate render: %v", err)
+		}
+		return string(b)
+	}
+	first := render()
+	if again := render(); again != first {
+		t.Error("snigate render printed different output for the same input")
+	}
+	if n := strings.Count(first, "\n---\n"); n != 1 || !strings.Contains(first, "kind: Gateway") ||
+		!strings.Contains(first, "name: acme-http-redirect") || strings.Contains(first, "kind: Certificate") {
+		t.Errorf("render: want the Gateway and the redirect only (%d separators):\n%s", n, first)
+	}
+}
+
+// repoRootDir is the module root, two folders above this file.
+func repoRootDir(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate the e2e source file")
+	}
+	return filepath.Dir(filepath.Dir(file))
+}
