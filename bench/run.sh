@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/run.sh — snigate's benchmark against HAProxy, nginx and sniproxy (issue 6).
+# bench/run.sh — snigate's benchmark against HAProxy, nginx and sniproxy, measured side by side
+# (docs/performance.md states the targets).
 #
 #   bench/run.sh            full run: 5 interleaved rounds, < 10 minutes on 2 cores; writes
 #                           bench/results/latest.json, bench/results/chart.svg and

@@ -27,7 +27,8 @@ const (
 	dbPGB = "pg-b.db.test"
 )
 
-// cancelBound is how fast a cancel must stop a query through the gateway (issue 3).
+// cancelBound is how fast a cancel must stop a query through the gateway: psql's Ctrl-C
+// must feel as immediate as without a gateway.
 const cancelBound = 2 * time.Second
 
 // dbPG is two real PostgreSQL servers behind one snigate TLS Passthrough port, one

@@ -6,7 +6,7 @@
 // Run them with `go test ./e2e/ -count=1`; `-short` skips them. Everything listens and dials on
 // 127.0.0.1 only.
 //
-// What each test relies on from the binary, beyond the Gateway API semantics of issue 2:
+// What each test relies on from the binary, beyond the Gateway API semantics (docs/conformance.md):
 //   - flags: serve -f DIR, --admin ADDR, --log-format json, --hello-timeout, --hello-max-bytes,
 //     --drain-timeout;
 //   - admin endpoints: GET /readyz (200 once serving), GET /status (JSON with "generation",

@@ -20,7 +20,7 @@ import (
 	"github.com/snigate/snigate/internal/translate"
 )
 
-// controllerUsage documents `snigate controller` (issue 5, first step).
+// controllerUsage documents `snigate controller`.
 const controllerUsage = `Usage: snigate controller [flags]
 
 Runs snigate against a Kubernetes API server: watches the Gateway API and core objects,

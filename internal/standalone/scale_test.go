@@ -17,7 +17,7 @@ import (
 	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
-// The route-scale benchmarks reproduce issue 6's test (bench/cmd/runner/scale.go) in
+// The route-scale benchmarks reproduce the benchmark's route-scale test (bench/cmd/runner/scale.go) in
 // process: 100 000 exact names and 1 000 wildcards as TLSRoutes of 16 hostnames each in one
 // file, the layout bench/internal/peers writes. Run them on one CPU, as the harness runs the
 // proxy:

@@ -1,4 +1,4 @@
-// Command runner is the benchmark harness' conductor (issue 6). bench/run.sh builds the
+// Command runner is the benchmark harness' conductor. bench/run.sh builds the
 // binaries and runs it; see docs/performance.md for what it measures and how.
 //
 //	runner --snigate BIN --loadgen BIN --backend BIN --repo DIR [--smoke] [--rounds N]

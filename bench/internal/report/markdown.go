@@ -115,7 +115,7 @@ func (r *Results) Markdown(chart, notes string) string {
 		w("\n")
 	}
 
-	w("## Targets\n\nIssue 6's targets, each judged on this run's medians.\n\n")
+	w("## Targets\n\nThe performance targets, each judged on this run's medians.\n\n")
 	w("| area | target | measured | met | margin |\n|---|---|---|---|---|\n")
 	met := 0
 	for _, t := range r.Targets {

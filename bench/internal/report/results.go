@@ -1,5 +1,5 @@
 // Package report holds the benchmark's results: the machine-readable model written to
-// bench/results/latest.json, the evaluation of issue 6's targets, and the generated
+// bench/results/latest.json, the evaluation of the performance targets, and the generated
 // docs/performance.md with its SVG chart.
 package report
 
@@ -63,7 +63,7 @@ type Micro struct {
 	AllocsPerOp float64 `json:"allocsPerOp"`
 }
 
-// Target is one of issue 6's targets, evaluated.
+// Target is one of the performance targets, evaluated.
 type Target struct {
 	Area   string  `json:"area"`
 	Goal   string  `json:"goal"`

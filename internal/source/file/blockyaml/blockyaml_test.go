@@ -140,7 +140,7 @@ func FuzzToJSON(f *testing.F) {
 	})
 }
 
-// scaleDocument is one document of issue 6's route-scale file (internal/standalone's
+// scaleDocument is one document of the benchmark's route-scale file (internal/standalone's
 // writeRoutes): a TLSRoute with 16 hostnames.
 func scaleDocument() []byte {
 	var b bytes.Buffer
