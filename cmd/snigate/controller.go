@@ -16,7 +16,7 @@ import (
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
 	"github.com/snigate/snigate/internal/snapshot"
-	"github.com/snigate/snigate/internal/source/kubernetes"
+	"github.com/snigate/snigate/internal/source/cluster"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -48,7 +48,7 @@ func runController(args []string) error {
 	gateway := fs.String("gateway", "", "namespace/name of the one Gateway the local proxy serves (default: all of snigate's)")
 	serveProxy := fs.Bool("proxy", true, "serve the routing table in this process")
 	controllerName := fs.String("controller-name", translate.DefaultControllerName, "GatewayClass controllerName to answer to")
-	leaderElect := fs.Bool("leader-elect", true, "elect one replica to write status (Lease "+kubernetes.DefaultLeaderElectionID+")")
+	leaderElect := fs.Bool("leader-elect", true, "elect one replica to write status (Lease "+cluster.DefaultLeaderElectionID+")")
 	leaseNS := fs.String("leader-election-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the leader election Lease")
 	probes := fs.String("health-probe-address", "", "address for the controller's /healthz and /readyz (empty disables)")
 	rf := addRunFlags(fs)
@@ -81,7 +81,7 @@ func runController(args []string) error {
 		p = proxy.New(rf.proxyOptions(m, log))
 		apply = p.Apply
 	}
-	c, err := kubernetes.New(kubernetes.Config{
+	c, err := cluster.New(cluster.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: apply, Metrics: m, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
 		HealthProbeAddress: *probes, Logger: log, LocalAddresses: local,

@@ -13,7 +13,7 @@ import (
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/proxy"
-	"github.com/snigate/snigate/internal/source/kubernetes"
+	"github.com/snigate/snigate/internal/source/cluster"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -57,7 +57,7 @@ func runDataplane(args []string) error {
 	}
 	m := metrics.New()
 	p := proxy.New(rf.proxyOptions(m, log))
-	c, err := kubernetes.New(kubernetes.Config{
+	c, err := cluster.New(cluster.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: p.Apply, Metrics: m, ReadOnly: true, Logger: log,
 	})

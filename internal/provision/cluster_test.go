@@ -27,7 +27,7 @@ import (
 
 	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/snapshot"
-	"github.com/snigate/snigate/internal/source/kubernetes"
+	"github.com/snigate/snigate/internal/source/cluster"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
@@ -58,7 +58,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // run starts c and stops it in t.Cleanup; done reports Start's result.
-func run(t *testing.T, c *kubernetes.Controller) (stop func(), done <-chan error) {
+func run(t *testing.T, c *cluster.Controller) (stop func(), done <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
 	go func() { ch <- c.Start(ctx) }()
@@ -117,19 +117,19 @@ func table(t *testing.T, cfg *rest.Config, path, name string) map[string]string 
 }
 
 func TestProvisionOnRealAPIServer(t *testing.T) {
-	scheme, err := kubernetes.Scheme()
+	scheme, err := cluster.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The controller and the data plane run with the install manifests' RBAC and nothing
 	// more: a missing permission fails this test. The CRDs are exactly as `kubectl apply -k
 	// config/default` installs them, printer column patches included.
-	cluster := kubetest.StartCluster(t, kubetest.ClusterOptions{
+	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{
 		Options:   kubetest.Options{CRDs: kubetest.KustomizedCRDs(t)},
 		Scheme:    scheme,
 		Manifests: []string{"config/gatewayclass/gatewayclass.yaml"},
 	})
-	env, cl, as := cluster.Env, cluster.Client, cluster.As
+	env, cl, as := kc.Env, kc.Client, kc.As
 	ctx := context.Background()
 
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}); err != nil {
@@ -153,7 +153,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 	}
 
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctrl, err := kubernetes.New(kubernetes.Config{
+	ctrl, err := cluster.New(cluster.Config{
 		REST: as(kubetest.ControllerUser), Logger: log.With("process", "controller"),
 		LeaderElection: true, LeaderElectionNamespace: "snigate-system",
 		// Generous: on a loaded machine the API server can take seconds to answer, and a lost
@@ -379,7 +379,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		link := newLink(t, base.Host)
 		dpREST := as("system:serviceaccount:apps:edge-snigate")
 		dpREST.Host = "https://" + link.addr
-		dp, err := kubernetes.New(kubernetes.Config{
+		dp, err := cluster.New(cluster.Config{
 			REST: dpREST, Gateway: "apps/edge", ReadOnly: true,
 			Apply: rec.apply, Logger: log.With("process", "dataplane"),
 		})

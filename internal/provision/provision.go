@@ -274,7 +274,7 @@ func Setup(mgr manager.Manager, o Options) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("snigate-provision").
-		WithOptions(controller.Options{SkipNameValidation: ptr(true)}). // see internal/source/kubernetes
+		WithOptions(controller.Options{SkipNameValidation: ptr(true)}). // see internal/source/cluster
 		For(&gwv1.Gateway{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
 			predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.Deployment{}).

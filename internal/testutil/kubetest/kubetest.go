@@ -10,7 +10,7 @@
 //
 //	cluster := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme}) // stopped in t.Cleanup
 //	cluster.Apply(t, "testdata/cluster.yaml")                                    // as admin
-//	ctrl, err := kubernetes.New(kubernetes.Config{REST: cluster.As(kubetest.ControllerUser), ...})
+//	ctrl, err := cluster.New(cluster.Config{REST: cluster.As(kubetest.ControllerUser), ...})
 //	kubetest.Eventually(t, 30*time.Second, "Gateway programmed", func() error { ... cluster.Client.Get(...) ... })
 //
 // StartAPIServer is the bare API server, for a test that brings its own RBAC or none.

@@ -1,9 +1,9 @@
-// Package kubernetes is snigate's cluster source: a controller-runtime manager that watches
+// Package cluster is snigate's cluster source: a controller-runtime manager that watches
 // the Gateway API and core objects snigate routes from, hands a complete view of the cluster
 // to the same runner as standalone mode (package pipeline: translate, apply, metrics), and
 // writes every object's status.
 //
-//	c, err := kubernetes.New(kubernetes.Config{REST: cfg, Apply: p.Apply, Gateway: "infra/edge"})
+//	c, err := cluster.New(cluster.Config{REST: cfg, Apply: p.Apply, Gateway: "infra/edge"})
 //	if err != nil { ... }
 //	err = c.Start(ctx) // blocks until ctx is done or leadership is lost
 //
@@ -25,7 +25,7 @@
 //
 // Input that the translate stage rejects as a whole (it cannot pass the CRDs' validation, so
 // it should not exist in a cluster) is logged; the previous snapshot and status stay.
-package kubernetes
+package cluster
 
 import (
 	"context"
@@ -153,7 +153,7 @@ var setLoggerOnce sync.Once
 // New builds the manager and its watches; nothing runs until Start.
 func New(cfg Config) (*Controller, error) {
 	if cfg.REST == nil {
-		return nil, errors.New("kubernetes: Config.REST is required")
+		return nil, errors.New("cluster: Config.REST is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -206,7 +206,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg.REST, opts)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes: manager: %w", err)
+		return nil, fmt.Errorf("cluster: manager: %w", err)
 	}
 	c.mgr = mgr
 	pc := pipeline.Config{
@@ -227,7 +227,7 @@ func New(cfg Config) (*Controller, error) {
 		pc.Publish = c.writer.Publish
 	}
 	if c.pipe, err = pipeline.New(pc); err != nil {
-		return nil, fmt.Errorf("kubernetes: %w", err)
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if p := cfg.Provision; p != nil {
 		o := *p
@@ -274,7 +274,7 @@ func New(cfg Config) (*Controller, error) {
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("kubernetes: looking up %s: %w", k.Name, err)
+				return nil, fmt.Errorf("cluster: looking up %s: %w", k.Name, err)
 			}
 		}
 		c.kinds = append(c.kinds, k)
@@ -304,7 +304,7 @@ func New(cfg Config) (*Controller, error) {
 		b = b.WatchesRawSource(source.Channel(c.recovery.kick, all))
 	}
 	if err := b.Complete(reconcile.Func(c.reconcile)); err != nil {
-		return nil, fmt.Errorf("kubernetes: controller: %w", err)
+		return nil, fmt.Errorf("cluster: controller: %w", err)
 	}
 	return c, nil
 }

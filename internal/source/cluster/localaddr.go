@@ -1,4 +1,4 @@
-package kubernetes
+package cluster
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ type localAddresses struct {
 
 func newLocalAddresses(p netip.Prefix) (*localAddresses, error) {
 	if !p.IsValid() || p.Bits() > p.Addr().BitLen()-2 {
-		return nil, fmt.Errorf("kubernetes: LocalAddresses %s: want a prefix with room for addresses", p)
+		return nil, fmt.Errorf("cluster: LocalAddresses %s: want a prefix with room for addresses", p)
 	}
 	return &localAddresses{prefix: p.Masked(), byGW: map[types.NamespacedName]netip.Addr{}, used: map[netip.Addr]bool{}}, nil
 }
