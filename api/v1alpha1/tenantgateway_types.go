@@ -281,6 +281,7 @@ const (
 	ReasonInvalidSecret           = "InvalidSecret"
 	ReasonCertificatePending      = "CertificatePending"
 	ReasonNoIssuer                = "NoIssuer"
+	ReasonCertManagerNotInstalled = "CertManagerNotInstalled"
 	ReasonWildcardNeedsDNS01      = "WildcardNeedsDNS01"
 )
 

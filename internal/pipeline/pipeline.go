@@ -130,6 +130,14 @@ func (r *Runner) State() admin.State {
 	return st
 }
 
+// Status is the status of the last applied translation (nil before the first).
+func (r *Runner) Status() *translate.Status {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	st, _ := r.state.Status.(*translate.Status)
+	return st
+}
+
 // Generation is the generation of the serving snapshot (0 before the first Run applied).
 func (r *Runner) Generation() uint64 {
 	r.stateMu.Lock()

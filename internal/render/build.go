@@ -222,7 +222,7 @@ func (b *build) certificates() {
 		}
 	}
 	if !b.r.opts.CertManager {
-		hold(v1alpha1.ReasonCertificatesNeedCluster)
+		hold(b.r.opts.NoCertManagerReason)
 	}
 	var issuer cmmeta.IssuerReference
 	switch {

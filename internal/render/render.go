@@ -79,6 +79,10 @@ type Options struct {
 	// HTTPS listeners of http01 and dns01 modes are not ready, reason
 	// CertificatesNeedCluster.
 	CertManager bool
+	// NoCertManagerReason is the listener reason without CertManager (default
+	// CertificatesNeedCluster; in a cluster lacking cert-manager's CRDs,
+	// CertManagerNotInstalled).
+	NoCertManagerReason string
 	// CertManagerNamespace may attach routes to the http listener (HTTP-01 solvers);
 	// default "cert-manager".
 	CertManagerNamespace string
@@ -106,6 +110,9 @@ type Tenant struct {
 	Namespace string                       `json:"namespace"`
 	Name      string                       `json:"name"`
 	Status    v1alpha1.TenantGatewayStatus `json:"status"`
+	// Rendered is true when this call rendered the TenantGateway anew; false when it
+	// rendered nothing, or its previous objects again (what it owns must then stay).
+	Rendered bool `json:"-"`
 	// listeners by name, for Complete: which are held not ready by render.
 	held   map[string]string // listener name → reason
 	gw     *gwv1.Gateway
@@ -162,6 +169,9 @@ func Render(in *resources.Resources, opts Options) *Result {
 	}
 	if opts.CertManagerNamespace == "" {
 		opts.CertManagerNamespace = "cert-manager"
+	}
+	if opts.NoCertManagerReason == "" {
+		opts.NoCertManagerReason = v1alpha1.ReasonCertificatesNeedCluster
 	}
 	r := &renderer{in: in, opts: opts, out: &Result{}, namespaces: map[string]*corev1.Namespace{}}
 	for _, ns := range in.Namespaces {
@@ -280,7 +290,7 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	b.certificates()
 	cond(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "the spec is valid")
 	cond(v1alpha1.ConditionReady, false, v1alpha1.ReasonPending, "waiting for the Gateway to be programmed")
-	st.gw = b.gw
+	st.gw, st.Rendered = b.gw, true
 	st.Status.Listeners = b.listenerStatus()
 	r.out.Gateways = append(r.out.Gateways, b.gw)
 	r.out.HTTPRoutes = append(r.out.HTTPRoutes, b.routes...)

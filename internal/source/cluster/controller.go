@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -131,6 +132,9 @@ type Controller struct {
 	// kinds are the resources.Kinds this cluster serves: the optional ones whose CRD is
 	// missing are left out.
 	kinds []*resources.Kind
+	// tenants renders and applies TenantGateways on the leader (nil when the cluster does
+	// not serve the kind, or on a read-only data plane).
+	tenants *tenantApplier
 }
 
 // Scheme returns the types the controller reads and writes.
@@ -279,6 +283,18 @@ func New(cfg Config) (*Controller, error) {
 		}
 		c.kinds = append(c.kinds, k)
 	}
+	if !cfg.ReadOnly && slices.ContainsFunc(c.kinds, func(k *resources.Kind) bool { return k.Name == "TenantGateway" }) {
+		// cert-manager is optional too: without its CRDs the HTTPS listeners of http01 and
+		// dns01 TenantGateways say CertManagerNotInstalled.
+		_, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: "cert-manager.io", Kind: "Certificate"}, "v1")
+		if err != nil && !meta.IsNoMatchError(err) {
+			return nil, fmt.Errorf("cluster: looking up cert-manager's Certificate: %w", err)
+		}
+		c.tenants = newTenantApplier(mgr.GetClient(), err == nil, cfg.Logger.With("component", "tenants"))
+		if err := mgr.Add(c.tenants); err != nil {
+			return nil, err
+		}
+	}
 	for _, k := range c.kinds {
 		if k.OwnStatus {
 			b = b.Watches(k.New(), all, spec)
@@ -345,6 +361,9 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{}, nil // retrying the same input cannot help; the next change will
 	case err != nil:
 		return reconcile.Result{}, err // retried with backoff
+	}
+	if c.tenants != nil {
+		c.tenants.Publish(res, c.pipe.Status())
 	}
 	return reconcile.Result{}, nil
 }

@@ -1,0 +1,315 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/render"
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+// FieldManager is the server-side apply field manager of everything snigate renders.
+const FieldManager = "snigate"
+
+// AnnotationStampedBy on a Namespace records that the controller wrote its
+// snigate.dev/gateway label for the TenantGateway named in it ("namespace/name"), because
+// the namespace is one of its attachedNamespaces: removing the entry removes only a label
+// the controller wrote.
+const AnnotationStampedBy = "snigate.dev/gateway-stamped-by"
+
+// tenantApplier is the cluster side of the tenant stage, on the elected leader only: it
+// renders the TenantGateways of the latest view of the cluster (package render, a pure
+// function), applies the rendered objects with server-side apply under FieldManager, deletes
+// what a TenantGateway owned and no longer renders, stamps the attached namespaces, and
+// writes each TenantGateway's status. The reconciler hands it the latest view (Publish,
+// never blocking); like the status writer, a failed pass is tried again after a second.
+type tenantApplier struct {
+	cl          client.Client // cached reads, writes to the API server
+	log         *slog.Logger
+	certManager bool // cert-manager's CRDs are served: Issuers and Certificates are applied
+
+	mu     sync.Mutex
+	latest *tenantInput
+	kick   chan struct{}
+
+	previous *render.Result // the last render applied without error (applier goroutine only)
+	passes   atomic.Int64   // passes finished, successful or not (tests)
+}
+
+type tenantInput struct {
+	res    *resources.Resources
+	status *translate.Status
+}
+
+var (
+	_ manager.Runnable               = (*tenantApplier)(nil)
+	_ manager.LeaderElectionRunnable = (*tenantApplier)(nil)
+)
+
+func newTenantApplier(cl client.Client, certManager bool, log *slog.Logger) *tenantApplier {
+	return &tenantApplier{cl: cl, certManager: certManager, log: log, kick: make(chan struct{}, 1)}
+}
+
+// NeedLeaderElection makes the manager start the applier only on the elected replica.
+func (a *tenantApplier) NeedLeaderElection() bool { return true }
+
+// Publish replaces the view to render; only the latest one is ever applied.
+func (a *tenantApplier) Publish(res *resources.Resources, st *translate.Status) {
+	a.mu.Lock()
+	a.latest = &tenantInput{res: res, status: st}
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start applies the latest view whenever it changes until ctx is done.
+func (a *tenantApplier) Start(ctx context.Context) error {
+	a.log.Info("tenant applier started (leader)", "certManager", a.certManager)
+	var retryC <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.kick:
+		case <-retryC:
+		}
+		retryC = nil
+		a.mu.Lock()
+		in := a.latest
+		a.mu.Unlock()
+		if in == nil {
+			continue
+		}
+		if err := a.apply(ctx, in); err != nil && ctx.Err() == nil {
+			a.log.Error("applying what the TenantGateways render; retrying", "error", err)
+			retryC = time.After(time.Second)
+		}
+		a.passes.Add(1)
+	}
+}
+
+// apply renders in and makes the cluster match.
+func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
+	opts := render.Options{CertManager: a.certManager, Previous: a.previous}
+	if !a.certManager {
+		opts.NoCertManagerReason = v1alpha1.ReasonCertManagerNotInstalled
+	}
+	out := render.Render(in.res, opts)
+	render.Complete(out, in.status, nil)
+
+	var errs []error
+	errs = append(errs, a.stampNamespaces(ctx, in.res)...)
+	want := map[objectKey]bool{}
+	objs := renderedObjects(out, a.certManager)
+	for _, o := range objs {
+		want[keyOf(o)] = true
+		if err := a.serverSideApply(ctx, o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, a.deleteStale(ctx, out, want)...)
+	}
+	errs = append(errs, a.writeStatus(ctx, in.res, out)...)
+	if len(errs) == 0 {
+		a.previous = out
+	}
+	return errors.Join(errs...)
+}
+
+// renderedObjects lists what out holds for the API server: the Gateway API objects, and
+// the cert-manager ones where cert-manager is installed.
+func renderedObjects(out *render.Result, certManager bool) []client.Object {
+	var objs []client.Object
+	for _, g := range out.Gateways {
+		objs = append(objs, g)
+	}
+	for _, h := range out.HTTPRoutes {
+		objs = append(objs, h)
+	}
+	if certManager {
+		for _, i := range out.Issuers {
+			objs = append(objs, i)
+		}
+		for _, c := range out.Certificates {
+			objs = append(objs, c)
+		}
+	}
+	return objs
+}
+
+type objectKey struct {
+	kind, namespace, name string
+}
+
+func keyOf(o client.Object) objectKey {
+	return objectKey{o.GetObjectKind().GroupVersionKind().Kind, o.GetNamespace(), o.GetName()}
+}
+
+// serverSideApply applies o's fields under FieldManager, taking them over from other
+// managers (the rendered object is what the TenantGateway says). Status is not applied.
+func (a *tenantApplier) serverSideApply(ctx context.Context, o client.Object) error {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	delete(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	//nolint:staticcheck // client.Apply with an unstructured object is controller-runtime's way to
+	// apply a typed object without generated apply configurations (cert-manager has none).
+	if err := a.cl.Patch(ctx, u, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}
+
+// staleKinds are the kinds a TenantGateway renders, with their list types.
+var staleKinds = []struct {
+	gvk         schema.GroupVersionKind
+	certManager bool
+}{
+	{gwv1.SchemeGroupVersion.WithKind("Gateway"), false},
+	{gwv1.SchemeGroupVersion.WithKind("HTTPRoute"), false},
+	{cmv1.SchemeGroupVersion.WithKind(cmv1.IssuerKind), true},
+	{cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind), true},
+}
+
+// deleteStale deletes the objects labelled with a TenantGateway it controls that this render
+// did not produce: a Certificate after a switch to existingSecret, the HTTPS listener's
+// Certificate of a hostname no route uses any more. Only TenantGateways rendered anew this
+// time are considered: one whose input cannot be rendered keeps what it had.
+func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, want map[objectKey]bool) []error {
+	fresh := map[types.NamespacedName]bool{}
+	for _, t := range out.Tenants {
+		if t.Rendered {
+			fresh[types.NamespacedName{Namespace: t.Namespace, Name: t.Name}] = true
+		}
+	}
+	var errs []error
+	for _, k := range staleKinds {
+		if k.certManager && !a.certManager {
+			continue
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
+		if err := a.cl.List(ctx, list, client.HasLabels{render.LabelTenantGateway}); err != nil {
+			errs = append(errs, fmt.Errorf("listing %ss: %w", k.gvk.Kind, err))
+			continue
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			ref := metav1.GetControllerOf(o)
+			if ref == nil || ref.Kind != "TenantGateway" || !fresh[types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}] {
+				continue
+			}
+			if want[objectKey{k.gvk.Kind, o.GetNamespace(), o.GetName()}] {
+				continue
+			}
+			a.log.Info("deleting what a TenantGateway no longer renders", "kind", k.gvk.Kind,
+				"namespace", o.GetNamespace(), "name", o.GetName(), "tenantGateway", ref.Name)
+			if err := a.cl.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", k.gvk.Kind, o.GetNamespace(), o.GetName(), err))
+			}
+		}
+	}
+	return errs
+}
+
+// stampNamespaces labels each attached namespace into its TenantGateway's tree, recording
+// that it did, and takes the label off namespaces it stamped that are no longer attached.
+// A namespace already in another tree is left alone.
+func (a *tenantApplier) stampNamespaces(ctx context.Context, res *resources.Resources) []error {
+	wanted := map[string]string{} // namespace -> "tgw-namespace/tgw-name"
+	owner := map[string]string{}  // namespace -> tgw namespace
+	for _, t := range res.TenantGateways {
+		for _, ns := range t.Spec.AttachedNamespaces {
+			if _, taken := wanted[ns]; !taken {
+				wanted[ns], owner[ns] = t.Namespace+"/"+t.Name, t.Namespace
+			}
+		}
+	}
+	var errs []error
+	for _, ns := range res.Namespaces {
+		stamped := ns.Annotations[AnnotationStampedBy]
+		by, want := wanted[ns.Name]
+		switch {
+		case want && stamped == by && ns.Labels[render.LabelGateway] == owner[ns.Name]:
+			// Already stamped.
+		case want && (ns.Labels[render.LabelGateway] == "" || stamped != ""):
+			errs = append(errs, a.patchNamespace(ctx, ns, map[string]any{
+				"labels":      map[string]any{render.LabelGateway: owner[ns.Name]},
+				"annotations": map[string]any{AnnotationStampedBy: by},
+			}))
+		case want:
+			a.log.Warn("attached namespace is in another tenant's tree; not stamping it",
+				"namespace", ns.Name, "tenantGateway", by, "label", ns.Labels[render.LabelGateway])
+		case stamped != "":
+			errs = append(errs, a.patchNamespace(ctx, ns, map[string]any{
+				"labels":      map[string]any{render.LabelGateway: nil},
+				"annotations": map[string]any{AnnotationStampedBy: nil},
+			}))
+		}
+	}
+	return slices.DeleteFunc(errs, func(e error) bool { return e == nil })
+}
+
+func (a *tenantApplier) patchNamespace(ctx context.Context, ns *corev1.Namespace, meta map[string]any) error {
+	p := map[string]any{"metadata": meta}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	if err := a.cl.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name}}, client.RawPatch(types.MergePatchType, raw)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("labelling namespace %s: %w", ns.Name, err)
+	}
+	return nil
+}
+
+// writeStatus writes each TenantGateway's status where it differs from the stored one.
+func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resources, out *render.Result) []error {
+	var errs []error
+	for _, t := range out.Tenants {
+		want := t.Status
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cur v1alpha1.TenantGateway
+			if err := a.cl.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &cur); err != nil {
+				return err
+			}
+			if equality.Semantic.DeepEqual(cur.Status, want) {
+				return nil
+			}
+			cur.Status = want
+			return a.cl.Status().Update(ctx, &cur)
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("status of TenantGateway %s/%s: %w", t.Namespace, t.Name, err))
+		}
+	}
+	return errs
+}

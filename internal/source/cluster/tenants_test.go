@@ -1,0 +1,262 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
+)
+
+// certManagerCRDs are cert-manager's own CRDs, from its Go module (the version in go.mod).
+func certManagerCRDs(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
+	if err != nil {
+		testutil.Require(t, "the cert-manager module (go mod download)", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
+	var files []string
+	for _, name := range []string{"cert-manager.io_issuers.yaml", "cert-manager.io_clusterissuers.yaml", "cert-manager.io_certificates.yaml"} {
+		files = append(files, filepath.Join(dir, name))
+	}
+	return files
+}
+
+// The controller renders a TenantGateway and makes the cluster match: the Gateway, the
+// redirect and cert-manager's objects applied with server-side apply under snigate's field
+// manager and owned by the TenantGateway, the status written; a switch of certificate mode
+// deletes what is no longer rendered; attached namespaces are stamped and unstamped; an
+// object of the same name it does not own is never overwritten. It runs as the install's
+// ServiceAccount: a missing permission fails the test.
+func TestTenantGatewayOnRealAPIServer(t *testing.T) {
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	crds := append(kubetest.StandardCRDs(t), filepath.Join(kubetest.RepoRoot(t), "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml"))
+	crds = append(crds, certManagerCRDs(t)...)
+	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme, Options: kubetest.Options{CRDs: crds}})
+	cl, ctx := kc.Client, context.Background()
+	create := func(objs ...client.Object) {
+		t.Helper()
+		for _, o := range objs {
+			if err := cl.Create(ctx, o); err != nil {
+				t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+			}
+		}
+	}
+	cert := testutil.NewCA(t).Issue(t, "acme.example.test", "*.acme.example.test")
+	create(
+		&gwv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "snigate"}, Spec: gwv1.GatewayClassSpec{ControllerName: "snigate.dev/gateway-controller"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "acme"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "wildcard"}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: cert.CertPEM, corev1.TLSPrivateKeyKey: cert.KeyPEM}},
+		&v1alpha1.TenantGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme"}, Spec: v1alpha1.TenantGatewaySpec{
+			Apex: "acme.example.test",
+			Certificates: v1alpha1.Certificates{Mode: v1alpha1.CertificatesDNS01,
+				IssuerRef: &cmmeta.IssuerReference{Name: "letsencrypt", Kind: "ClusterIssuer"}},
+			TLSPassthroughServices:  []string{"vault"},
+			TLSPassthroughListeners: []v1alpha1.PassthroughListener{{Name: "pg", Port: 15432, Hostname: "*.pg.acme.example.test"}},
+			AttachedNamespaces:      []string{"monitoring"},
+		}},
+	)
+
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c, err := New(Config{REST: kc.As(kubetest.ControllerUser), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Start(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("controller: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("controller did not stop within 30s")
+		}
+	})
+	const timeout = 30 * time.Second
+	var tgw v1alpha1.TenantGateway
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &tgw); err != nil {
+		t.Fatal(err)
+	}
+	owned := func(o metav1.Object) error {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.UID != tgw.UID || ref.Kind != "TenantGateway" {
+			return fmt.Errorf("%s: controller %+v, want the TenantGateway (uid %s)", o.GetName(), ref, tgw.UID)
+		}
+		if !slices.ContainsFunc(o.GetManagedFields(), func(m metav1.ManagedFieldsEntry) bool {
+			return m.Manager == FieldManager && m.Operation == metav1.ManagedFieldsOperationApply
+		}) {
+			return fmt.Errorf("%s: not applied by field manager %s", o.GetName(), FieldManager)
+		}
+		return nil
+	}
+
+	t.Run("dns01 renders the Gateway, the redirect and one wildcard Certificate", func(t *testing.T) {
+		kubetest.Eventually(t, timeout, "rendered objects", func() error {
+			var gw gwv1.Gateway
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &gw); err != nil {
+				return err
+			}
+			if err := owned(&gw); err != nil {
+				return err
+			}
+			var names []string
+			for _, l := range gw.Spec.Listeners {
+				names = append(names, string(l.Name))
+			}
+			if want := "http https https-apex tls-vault tls-pg"; strings.Join(names, " ") != want {
+				return fmt.Errorf("listeners %v, want %s", names, want)
+			}
+			var rd gwv1.HTTPRoute
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme-http-redirect"}, &rd); err != nil {
+				return err
+			}
+			if err := owned(&rd); err != nil {
+				return err
+			}
+			var crt cmv1.Certificate
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme-wildcard"}, &crt); err != nil {
+				return err
+			}
+			if err := owned(&crt); err != nil {
+				return err
+			}
+			if got := strings.Join(crt.Spec.DNSNames, ","); got != "acme.example.test,*.acme.example.test" || crt.Spec.IssuerRef.Name != "letsencrypt" {
+				return fmt.Errorf("Certificate dnsNames %s issuer %+v", got, crt.Spec.IssuerRef)
+			}
+			var issuers cmv1.IssuerList
+			if err := cl.List(ctx, &issuers, client.InNamespace("acme")); err != nil || len(issuers.Items) != 0 {
+				return fmt.Errorf("issuers %d (%v), want none with issuerRef", len(issuers.Items), err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("the status says what was rendered and why it is not ready", func(t *testing.T) {
+		kubetest.Eventually(t, timeout, "TenantGateway status", func() error {
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &tgw); err != nil {
+				return err
+			}
+			st := tgw.Status
+			if st.ObservedGeneration != tgw.Generation || st.ListenerCount != 5 || len(st.Listeners) != 5 {
+				return fmt.Errorf("status %+v", st)
+			}
+			if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionAccepted) {
+				return fmt.Errorf("not Accepted: %+v", st.Conditions)
+			}
+			// cert-manager's CRDs are here but cert-manager is not: the wildcard Secret the
+			// Certificate would fill does not exist, so the HTTPS listeners are not programmed.
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+			if c == nil || c.Reason != v1alpha1.ReasonListenersNotReady || !strings.Contains(c.Message, "https") {
+				return fmt.Errorf("Ready %+v, want ListenersNotReady naming the https listeners", c)
+			}
+			return nil
+		})
+	})
+
+	t.Run("attached namespaces are stamped", func(t *testing.T) {
+		kubetest.Eventually(t, timeout, "monitoring stamped", func() error {
+			var ns corev1.Namespace
+			if err := cl.Get(ctx, client.ObjectKey{Name: "monitoring"}, &ns); err != nil {
+				return err
+			}
+			if ns.Labels["snigate.dev/gateway"] != "acme" || ns.Annotations[AnnotationStampedBy] != "acme/acme" {
+				return fmt.Errorf("labels %v annotations %v", ns.Labels, ns.Annotations)
+			}
+			return nil
+		})
+	})
+
+	t.Run("existingSecret deletes the Certificate and serves the Secret; unattaching unstamps", func(t *testing.T) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &tgw); err != nil {
+			t.Fatal(err)
+		}
+		tgw.Spec.Certificates = v1alpha1.Certificates{Mode: v1alpha1.CertificatesExistingSecret, WildcardSecretRef: &v1alpha1.SecretRef{Name: "wildcard"}}
+		tgw.Spec.AttachedNamespaces = nil
+		if err := cl.Update(ctx, &tgw); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, timeout, "Certificate gone, Ready", func() error {
+			var crt cmv1.Certificate
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme-wildcard"}, &crt); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("Certificate acme-wildcard still there (%v)", err)
+			}
+			var cur v1alpha1.TenantGateway
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &cur); err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("Ready %+v", c)
+			}
+			var ns corev1.Namespace
+			if err := cl.Get(ctx, client.ObjectKey{Name: "monitoring"}, &ns); err != nil {
+				return err
+			}
+			if _, ok := ns.Labels["snigate.dev/gateway"]; ok {
+				return errors.New("monitoring still stamped")
+			}
+			return nil
+		})
+	})
+
+	t.Run("a Gateway it does not own is never overwritten", func(t *testing.T) {
+		create(
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "taken"}},
+			&gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "taken", Name: "taken"}, Spec: gwv1.GatewaySpec{
+				GatewayClassName: "snigate",
+				Listeners:        []gwv1.Listener{{Name: "mine", Port: 8443, Protocol: gwv1.TLSProtocolType, TLS: &gwv1.ListenerTLSConfig{Mode: ptrTo(gwv1.TLSModePassthrough)}}},
+			}},
+			&v1alpha1.TenantGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "taken", Name: "taken"}, Spec: v1alpha1.TenantGatewaySpec{
+				Apex: "taken.example.test", Certificates: v1alpha1.Certificates{Mode: v1alpha1.CertificatesExistingSecret, WildcardSecretRef: &v1alpha1.SecretRef{Name: "w"}},
+			}},
+		)
+		kubetest.Eventually(t, timeout, "NameInUse", func() error {
+			var cur v1alpha1.TenantGateway
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "taken", Name: "taken"}, &cur); err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonNameInUse {
+				return fmt.Errorf("Ready %+v, want NameInUse", c)
+			}
+			return nil
+		})
+		var gw gwv1.Gateway
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "taken", Name: "taken"}, &gw); err != nil {
+			t.Fatal(err)
+		}
+		if len(gw.Spec.Listeners) != 1 || gw.Spec.Listeners[0].Name != "mine" || metav1.GetControllerOf(&gw) != nil {
+			t.Errorf("the foreign Gateway was changed: %+v", gw.Spec.Listeners)
+		}
+	})
+}
+
