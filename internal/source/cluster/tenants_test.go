@@ -259,4 +259,3 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 		}
 	})
 }
-
