@@ -49,6 +49,10 @@ type Kind struct {
 	// Optional marks the kinds whose CRD a cluster may not have: the cluster source lists and
 	// watches them only where the API server serves them, and says so when it does not.
 	Optional bool
+	// RenderInput marks the kinds only the render stage reads (package render): a read-only
+	// data plane, which serves the Gateways the controller rendered and renders nothing
+	// itself, neither watches them nor needs the permission to.
+	RenderInput bool
 
 	// New returns an empty object of the kind; NewList an empty list of it.
 	New     func() Object
@@ -84,11 +88,13 @@ var Kinds = []Kind{
 		func() ObjectList { return &corev1.NamespaceList{} }, func(r *Resources) *[]*corev1.Namespace { return &r.Namespaces }),
 	kind("EndpointSlice", discoveryv1.GroupName, []string{"v1"}, true, false, false,
 		func() ObjectList { return &discoveryv1.EndpointSliceList{} }, func(r *Resources) *[]*discoveryv1.EndpointSlice { return &r.EndpointSlices }),
-	optional(kind("TenantGateway", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
-		func() ObjectList { return &v1alpha1.TenantGatewayList{} }, func(r *Resources) *[]*v1alpha1.TenantGateway { return &r.TenantGateways })),
+	renderInput(optional(kind("TenantGateway", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
+		func() ObjectList { return &v1alpha1.TenantGatewayList{} }, func(r *Resources) *[]*v1alpha1.TenantGateway { return &r.TenantGateways }))),
 }
 
 func optional(k Kind) Kind { k.Optional = true; return k }
+
+func renderInput(k Kind) Kind { k.RenderInput = true; return k }
 
 // kind defines a Kind whose objects are *T, kept in the Resources field that field returns.
 func kind[T any, PT interface {

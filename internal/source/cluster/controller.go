@@ -270,6 +270,9 @@ func New(cfg Config) (*Controller, error) {
 	// Kinds whose CRD this cluster may lack are watched only where they are served.
 	for i := range resources.Kinds {
 		k := &resources.Kinds[i]
+		if cfg.ReadOnly && k.RenderInput {
+			continue
+		}
 		if k.Optional {
 			_, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: k.Group, Kind: k.Name}, k.Versions[0])
 			if meta.IsNoMatchError(err) {

@@ -89,20 +89,7 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Start(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("controller: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("controller did not stop within 30s")
-		}
-	})
+	runUntilCleanup(t, c)
 	const timeout = 30 * time.Second
 	var tgw v1alpha1.TenantGateway
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &tgw); err != nil {
