@@ -4,6 +4,6 @@ package testutil
 
 import "syscall"
 
-// dieWithParent does nothing off Linux, which has no parent-death signal: a child outlives a
+// DieWithParent does nothing off Linux, which has no parent-death signal: a child outlives a
 // run that crashed.
-func dieWithParent(*syscall.SysProcAttr) {}
+func DieWithParent(*syscall.SysProcAttr) {}

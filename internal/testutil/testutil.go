@@ -212,7 +212,7 @@ func command(owner *runAs, dir, name string, args ...string) *exec.Cmd {
 	cmd.Dir = dir
 	cmd.Env = CleanEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	dieWithParent(cmd.SysProcAttr)
+	DieWithParent(cmd.SysProcAttr)
 	if owner != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: owner.uid, Gid: owner.gid}
 		cmd.Env = append(cmd.Env, "HOME="+dir, "USER="+owner.name, "LOGNAME="+owner.name)

@@ -15,7 +15,14 @@
 //
 // StartAPIServer is the bare API server, for a test that brings its own RBAC or none.
 //
-// A missing binary skips the test, or fails it under CI=true (testutil.Require).
+// The API server alone collects no garbage: deleting an owner leaves its dependents. A test
+// that must see them go sets Options.GarbageCollector, which runs kube-controller-manager's
+// garbage collector beside it (StartControllerManager):
+//
+//	cluster := kubetest.StartCluster(t, kubetest.ClusterOptions{Options: kubetest.Options{GarbageCollector: true}})
+//
+// A missing binary (kube-apiserver, etcd, and kube-controller-manager when asked for) skips
+// the test, or fails it under CI=true (testutil.Require).
 package kubetest
 
 import (
@@ -75,13 +82,21 @@ type Options struct {
 	// APIServerFlags are extra kube-apiserver flags, name without dashes → value, e.g.
 	// "disable-admission-plugins": "ServiceAccount".
 	APIServerFlags map[string]string
+	// GarbageCollector runs kube-controller-manager beside the API server with its garbage
+	// collector and namespace controller (StartControllerManager), so that deleting an owner
+	// deletes what it owns, as in a real cluster; the API server alone never does.
+	GarbageCollector bool
 }
 
 // StartAPIServer starts a private etcd and kube-apiserver with the CRDs of o.CRDs
-// installed, and stops them in t.Cleanup. Env.Config is an admin (system:masters) config.
+// installed, and kube-controller-manager if o.GarbageCollector, and stops them in t.Cleanup.
+// Env.Config is an admin (system:masters) config.
 func StartAPIServer(t testing.TB, o Options) *envtest.Environment {
 	t.Helper()
 	RequireBinaries(t)
+	if o.GarbageCollector {
+		RequireControllerManager(t) // before the API server's start, so a skip costs nothing
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    AssetsDir(),
 		CRDInstallOptions:        envtest.CRDInstallOptions{Paths: o.CRDs, ErrorIfPathMissing: true},
@@ -99,6 +114,9 @@ func StartAPIServer(t testing.TB, o Options) *envtest.Environment {
 			t.Errorf("stopping the API server: %v", err)
 		}
 	})
+	if o.GarbageCollector {
+		StartControllerManager(t, env)
+	}
 	return env
 }
 
