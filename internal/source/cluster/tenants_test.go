@@ -57,7 +57,9 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 	}
 	crds := append(kubetest.StandardCRDs(t), filepath.Join(kubetest.RepoRoot(t), "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml"))
 	crds = append(crds, certManagerCRDs(t)...)
-	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme, Options: kubetest.Options{CRDs: crds}})
+	// The controller-manager's garbage collector runs: deleting the TenantGateway really
+	// removes what it owns.
+	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme, Options: kubetest.Options{CRDs: crds, GarbageCollector: true}})
 	cl, ctx := kc.Client, context.Background()
 	create := func(objs ...client.Object) {
 		t.Helper()
@@ -243,6 +245,32 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 		}
 		if len(gw.Spec.Listeners) != 1 || gw.Spec.Listeners[0].Name != "mine" || metav1.GetControllerOf(&gw) != nil {
 			t.Errorf("the foreign Gateway was changed: %+v", gw.Spec.Listeners)
+		}
+	})
+
+	t.Run("deleting the TenantGateway removes exactly what it owned", func(t *testing.T) {
+		if err := cl.Delete(ctx, &v1alpha1.TenantGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme"}}); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, 60*time.Second, "owned objects collected", func() error {
+			var gws gwv1.GatewayList
+			if err := cl.List(ctx, &gws, client.InNamespace("acme")); err != nil || len(gws.Items) != 0 {
+				return fmt.Errorf("Gateways left in acme: %d (%v)", len(gws.Items), err)
+			}
+			var hrs gwv1.HTTPRouteList
+			if err := cl.List(ctx, &hrs, client.InNamespace("acme")); err != nil || len(hrs.Items) != 0 {
+				return fmt.Errorf("HTTPRoutes left in acme: %d (%v)", len(hrs.Items), err)
+			}
+			return nil
+		})
+		// What the TenantGateway did not own stays: its wildcard Secret, the foreign Gateway.
+		var sec corev1.Secret
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "wildcard"}, &sec); err != nil {
+			t.Errorf("the wildcard Secret: %v", err)
+		}
+		var gw gwv1.Gateway
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "taken", Name: "taken"}, &gw); err != nil {
+			t.Errorf("the foreign Gateway: %v", err)
 		}
 	})
 }
