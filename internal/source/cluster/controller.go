@@ -293,7 +293,7 @@ func New(cfg Config) (*Controller, error) {
 		if err != nil && !meta.IsNoMatchError(err) {
 			return nil, fmt.Errorf("cluster: looking up cert-manager's Certificate: %w", err)
 		}
-		c.tenants = newTenantApplier(mgr.GetClient(), err == nil, cfg.Logger.With("component", "tenants"))
+		c.tenants = newTenantApplier(mgr.GetClient(), mgr.GetAPIReader(), err == nil, cfg.Logger.With("component", "tenants"))
 		if err := mgr.Add(c.tenants); err != nil {
 			return nil, err
 		}

@@ -48,6 +48,7 @@ const AnnotationStampedBy = "snigate.dev/gateway-stamped-by"
 // never blocking); like the status writer, a failed pass is tried again after a second.
 type tenantApplier struct {
 	cl          client.Client // cached reads, writes to the API server
+	api         client.Reader // uncached: the status is compared with the stored one
 	log         *slog.Logger
 	certManager bool // cert-manager's CRDs are served: Issuers and Certificates are applied
 
@@ -69,8 +70,8 @@ var (
 	_ manager.LeaderElectionRunnable = (*tenantApplier)(nil)
 )
 
-func newTenantApplier(cl client.Client, certManager bool, log *slog.Logger) *tenantApplier {
-	return &tenantApplier{cl: cl, certManager: certManager, log: log, kick: make(chan struct{}, 1)}
+func newTenantApplier(cl client.Client, api client.Reader, certManager bool, log *slog.Logger) *tenantApplier {
+	return &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, kick: make(chan struct{}, 1)}
 }
 
 // NeedLeaderElection makes the manager start the applier only on the elected replica.
@@ -181,9 +182,9 @@ func (a *tenantApplier) serverSideApply(ctx context.Context, o client.Object) er
 	u := &unstructured.Unstructured{Object: m}
 	delete(u.Object, "status")
 	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	//nolint:staticcheck // client.Apply with an unstructured object is controller-runtime's way to
-	// apply a typed object without generated apply configurations (cert-manager has none).
-	if err := a.cl.Patch(ctx, u, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+	// Through unstructured: cert-manager's and Gateway API's types come without generated
+	// apply configurations, and the rendered object is the whole desired state anyway.
+	if err := a.cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	return nil
@@ -297,8 +298,10 @@ func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resource
 	for _, t := range out.Tenants {
 		want := t.Status
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			// The stored object, not the cache's: right after this applier's own write the
+			// cache lags behind, and an update from it would only conflict.
 			var cur v1alpha1.TenantGateway
-			if err := a.cl.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &cur); err != nil {
+			if err := a.api.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &cur); err != nil {
 				return err
 			}
 			if equality.Semantic.DeepEqual(cur.Status, want) {
