@@ -34,10 +34,10 @@ import (
 // FieldManager is the server-side apply field manager of everything snigate renders.
 const FieldManager = "snigate"
 
-// AnnotationStampedBy on a Namespace records that the controller wrote its
-// snigate.dev/gateway label for the TenantGateway named in it ("namespace/name"), because
-// the namespace is one of its attachedNamespaces: removing the entry removes only a label
-// the controller wrote.
+// AnnotationStampedBy on a Namespace records that the controller wrote its tree labels
+// (snigate.dev/gateway, and snigate.dev/host on a TenantGateway's own namespace) for the
+// TenantGateway named in it ("namespace/name"): removing the TenantGateway or the
+// attachedNamespaces entry removes only labels the controller wrote.
 const AnnotationStampedBy = "snigate.dev/gateway-stamped-by"
 
 // tenantApplier is the cluster side of the tenant stage, on the elected leader only: it
@@ -242,37 +242,50 @@ func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, wan
 	return errs
 }
 
-// stampNamespaces labels each attached namespace into its TenantGateway's tree, recording
-// that it did, and takes the label off namespaces it stamped that are no longer attached.
-// A namespace already in another tree is left alone.
+// stampNamespaces puts each TenantGateway's namespace and its attached namespaces into its
+// tree: snigate.dev/gateway=<its namespace> on both, and snigate.dev/host=<apex> on its own
+// namespace, so the admission policies hold its routes to the apex. What it stamps it
+// records (AnnotationStampedBy), and it takes its labels off again when the TenantGateway or
+// the entry goes. A namespace whose labels someone else set is left alone.
 func (a *tenantApplier) stampNamespaces(ctx context.Context, res *resources.Resources) []error {
-	wanted := map[string]string{} // namespace -> "tgw-namespace/tgw-name"
-	owner := map[string]string{}  // namespace -> tgw namespace
+	type stamp struct{ by, gateway, host string }
+	wanted := map[string]stamp{} // namespace -> labels to stamp
 	for _, t := range res.TenantGateways {
+		by := t.Namespace + "/" + t.Name
+		if _, taken := wanted[t.Namespace]; !taken {
+			wanted[t.Namespace] = stamp{by, t.Namespace, t.Spec.Apex}
+		}
 		for _, ns := range t.Spec.AttachedNamespaces {
 			if _, taken := wanted[ns]; !taken {
-				wanted[ns], owner[ns] = t.Namespace+"/"+t.Name, t.Namespace
+				wanted[ns] = stamp{by: by, gateway: t.Namespace}
 			}
 		}
 	}
 	var errs []error
 	for _, ns := range res.Namespaces {
 		stamped := ns.Annotations[AnnotationStampedBy]
-		by, want := wanted[ns.Name]
+		w, want := wanted[ns.Name]
+		gw, host := ns.Labels[render.LabelGateway], ns.Labels[render.LabelHost]
+		mine := stamped != ""
 		switch {
-		case want && stamped == by && ns.Labels[render.LabelGateway] == owner[ns.Name]:
+		case want && stamped == w.by && gw == w.gateway && (w.host == "" || host == w.host):
 			// Already stamped.
-		case want && (ns.Labels[render.LabelGateway] == "" || stamped != ""):
+		case want && (mine || (gw == "" || gw == w.gateway) && (w.host == "" || host == "" || host == w.host)):
+			labels := map[string]any{render.LabelGateway: w.gateway}
+			if w.host != "" {
+				labels[render.LabelHost] = w.host
+			} else if mine {
+				labels[render.LabelHost] = nil
+			}
 			errs = append(errs, a.patchNamespace(ctx, ns, map[string]any{
-				"labels":      map[string]any{render.LabelGateway: owner[ns.Name]},
-				"annotations": map[string]any{AnnotationStampedBy: by},
+				"labels": labels, "annotations": map[string]any{AnnotationStampedBy: w.by},
 			}))
 		case want:
-			a.log.Warn("attached namespace is in another tenant's tree; not stamping it",
-				"namespace", ns.Name, "tenantGateway", by, "label", ns.Labels[render.LabelGateway])
-		case stamped != "":
+			a.log.Warn("namespace carries tree labels someone else set; not stamping it",
+				"namespace", ns.Name, "tenantGateway", w.by, "gateway", gw, "host", host)
+		case mine:
 			errs = append(errs, a.patchNamespace(ctx, ns, map[string]any{
-				"labels":      map[string]any{render.LabelGateway: nil},
+				"labels":      map[string]any{render.LabelGateway: nil, render.LabelHost: nil},
 				"annotations": map[string]any{AnnotationStampedBy: nil},
 			}))
 		}

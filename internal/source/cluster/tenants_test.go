@@ -173,14 +173,20 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 		})
 	})
 
-	t.Run("attached namespaces are stamped", func(t *testing.T) {
-		kubetest.Eventually(t, timeout, "monitoring stamped", func() error {
+	t.Run("the tenant's and the attached namespaces are stamped", func(t *testing.T) {
+		kubetest.Eventually(t, timeout, "acme and monitoring stamped", func() error {
 			var ns corev1.Namespace
 			if err := cl.Get(ctx, client.ObjectKey{Name: "monitoring"}, &ns); err != nil {
 				return err
 			}
-			if ns.Labels["snigate.dev/gateway"] != "acme" || ns.Annotations[AnnotationStampedBy] != "acme/acme" {
-				return fmt.Errorf("labels %v annotations %v", ns.Labels, ns.Annotations)
+			if ns.Labels["snigate.dev/gateway"] != "acme" || ns.Labels["snigate.dev/host"] != "" || ns.Annotations[AnnotationStampedBy] != "acme/acme" {
+				return fmt.Errorf("monitoring: labels %v annotations %v", ns.Labels, ns.Annotations)
+			}
+			if err := cl.Get(ctx, client.ObjectKey{Name: "acme"}, &ns); err != nil {
+				return err
+			}
+			if ns.Labels["snigate.dev/gateway"] != "acme" || ns.Labels["snigate.dev/host"] != "acme.example.test" || ns.Annotations[AnnotationStampedBy] != "acme/acme" {
+				return fmt.Errorf("acme: labels %v annotations %v", ns.Labels, ns.Annotations)
 			}
 			return nil
 		})
@@ -260,6 +266,17 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 			var hrs gwv1.HTTPRouteList
 			if err := cl.List(ctx, &hrs, client.InNamespace("acme")); err != nil || len(hrs.Items) != 0 {
 				return fmt.Errorf("HTTPRoutes left in acme: %d (%v)", len(hrs.Items), err)
+			}
+			return nil
+		})
+		// Its namespace's tree labels go with it.
+		kubetest.Eventually(t, timeout, "acme unstamped", func() error {
+			var ns corev1.Namespace
+			if err := cl.Get(ctx, client.ObjectKey{Name: "acme"}, &ns); err != nil {
+				return err
+			}
+			if len(ns.Labels["snigate.dev/host"]+ns.Labels["snigate.dev/gateway"]+ns.Annotations[AnnotationStampedBy]) != 0 {
+				return fmt.Errorf("acme: labels %v annotations %v", ns.Labels, ns.Annotations)
 			}
 			return nil
 		})
