@@ -1,6 +1,7 @@
 package render
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,6 +83,9 @@ func (b *build) listeners() {
 	}
 	// No application is served on port 80: only the redirect and cert-manager's challenges.
 	b.gw.Annotations = map[string]string{translate.PlaintextListenersAnnotation: "http"}
+	if owners := b.hostnameOwners(); owners != "" {
+		b.gw.Annotations[translate.HostnameOwnersAnnotation] = owners
+	}
 	add := func(l gwv1.Listener) { b.gw.Spec.Listeners = append(b.gw.Spec.Listeners, l) }
 	add(gwv1.Listener{
 		Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType,
@@ -182,6 +186,62 @@ func attaches(ns string, refs []gwv1.ParentReference, t *v1alpha1.TenantGateway)
 		}
 	}
 	return false
+}
+
+// hostnameOwners decides, for each hostname that routes of more than one namespace of the
+// tree claim on this Gateway, which route owns it: a route of an attached (platform)
+// namespace over a tenant's, then the older route, then namespace/name. Routes of one
+// namespace never conflict with each other: only other namespaces' routes lose. The result
+// is translate.HostnameOwnersAnnotation's value ("" when nothing is contested).
+func (b *build) hostnameOwners() string {
+	type claim struct {
+		ns, kind, name string
+		created        metav1.Time
+		platform       bool
+	}
+	inTree := map[string]bool{}
+	for _, ns := range b.tree.namespaces {
+		inTree[ns] = true
+	}
+	platform := map[string]bool{}
+	for _, ns := range b.t.Spec.AttachedNamespaces {
+		platform[ns] = true
+	}
+	claims := map[string][]claim{}
+	add := func(m metav1.ObjectMeta, kind string, refs []gwv1.ParentReference, hosts []gwv1.Hostname) {
+		if !inTree[m.Namespace] || !attaches(m.Namespace, refs, b.t) || m.Labels[LabelTenantGateway] == b.t.Name {
+			return
+		}
+		for _, h := range hosts {
+			claims[strings.ToLower(string(h))] = append(claims[strings.ToLower(string(h))],
+				claim{m.Namespace, kind, m.Name, m.CreationTimestamp, platform[m.Namespace]})
+		}
+	}
+	for _, h := range b.r.in.HTTPRoutes {
+		add(h.ObjectMeta, "HTTPRoute", h.Spec.ParentRefs, h.Spec.Hostnames)
+	}
+	for _, tr := range b.r.in.TLSRoutes {
+		add(tr.ObjectMeta, "TLSRoute", tr.Spec.ParentRefs, tr.Spec.Hostnames)
+	}
+	var entries []string
+	for host, cs := range claims {
+		if !slices.ContainsFunc(cs, func(c claim) bool { return c.ns != cs[0].ns }) {
+			continue
+		}
+		w := slices.MinFunc(cs, func(a, c claim) int {
+			if a.platform != c.platform {
+				if a.platform {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Or(a.created.Compare(c.created.Time), strings.Compare(a.ns, c.ns),
+				strings.Compare(a.kind, c.kind), strings.Compare(a.name, c.name))
+		})
+		entries = append(entries, host+"="+w.ns+"/"+w.kind+"/"+w.name)
+	}
+	slices.Sort(entries)
+	return strings.Join(entries, ",")
 }
 
 // redirect is the http listener's route: every request to the tenant's names, 301 to https.

@@ -59,6 +59,9 @@ type gateway struct {
 	addrs     []netip.Addr
 	maxConns  int
 	listeners []*listener
+	// owners maps contested hostnames to the route that owns them: "namespace/Kind/name"
+	// (HostnameOwnersAnnotation).
+	owners map[string]string
 
 	// rejectReason is set when the Gateway as a whole is not accepted, before its
 	// listeners are looked at.
@@ -162,6 +165,15 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 				fmt.Sprintf("metadata.annotations[%s]: %q is not a non-negative integer", MaxConnectionsAnnotation, v))
 		}
 		gw.maxConns = n
+	}
+	for _, e := range strings.Split(g.Annotations[HostnameOwnersAnnotation], ",") {
+		host, owner, ok := strings.Cut(strings.TrimSpace(e), "=")
+		if ok && host != "" && strings.Count(owner, "/") == 2 {
+			if gw.owners == nil {
+				gw.owners = map[string]string{}
+			}
+			gw.owners[strings.ToLower(host)] = owner
+		}
 	}
 	plaintext := map[string]bool{}
 	for _, n := range strings.Split(g.Annotations[PlaintextListenersAnnotation], ",") {

@@ -192,6 +192,15 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 		conds.set(string(gwv1.RouteConditionAccepted), ok, string(reason), msg)
 	}
 
+	// A hostname the Gateway gives to another namespace's route refuses the whole route.
+	for _, h := range r.hostnames {
+		if owner, ok := gw.owners[h]; ok && !strings.HasPrefix(owner, r.meta.Namespace+"/") {
+			accept(false, ReasonHostnameConflict, fmt.Sprintf(
+				"hostname %s on Gateway %s is %s's (annotation %s: a platform namespace's route wins, then the older route, then namespace/name)",
+				h, gw.key, owner, HostnameOwnersAnnotation))
+			return t.parentStatus(r, ref, conds)
+		}
+	}
 	var candidates []*listener
 	for _, l := range gw.listeners {
 		if ref.SectionName != nil && *ref.SectionName != l.spec.Name {
@@ -284,12 +293,16 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 		}
 		accept(true, gwv1.RouteReasonAccepted, msg)
 	}
+	return t.parentStatus(r, ref, conds)
+}
+
+// parentStatus is a route's status for one parentRef, with its ResolvedRefs condition.
+func (t *translator) parentStatus(r *route, ref gwv1.ParentReference, conds conditions) gwv1.RouteParentStatus {
 	if r.resolvedReason == "" {
 		conds.set(string(gwv1.RouteConditionResolvedRefs), true, string(gwv1.RouteReasonResolvedRefs), "All backendRefs are resolved")
 	} else {
 		conds.set(string(gwv1.RouteConditionResolvedRefs), false, string(r.resolvedReason), r.resolvedMsg)
 	}
-
 	pr := *ref.DeepCopy()
 	pr.Group = ptr(gwv1.Group(groupGateway))
 	pr.Kind = ptr(gwv1.Kind(kindGateway))

@@ -32,6 +32,16 @@ const (
 	// without a sectionName would otherwise attach to port 80 too (its exact hostname then
 	// outranks the redirect's wildcard). TenantGateways set it on their http listener.
 	PlaintextListenersAnnotation = "snigate.dev/plaintext-listeners"
+	// HostnameOwnersAnnotation assigns contested hostnames of the Gateway to one route each:
+	// comma-separated "hostname=namespace/Kind/name" entries. A route of another namespace
+	// that claims such a hostname is Accepted=False with reason HostnameConflict, naming the
+	// owner, and serves nothing; routes of the owner's namespace are unaffected. The render
+	// stage writes it on TenantGateways' Gateways, where who wins is a tenant-layer decision
+	// (a platform namespace over a tenant's, then the older route, then namespace/name), so
+	// that translate decides each route from the route and its Gateway alone.
+	HostnameOwnersAnnotation = "snigate.dev/hostname-owners"
+	// ReasonHostnameConflict is the route reason of HostnameOwnersAnnotation.
+	ReasonHostnameConflict gwv1.RouteConditionReason = "HostnameConflict"
 
 	groupGateway  = gwv1.GroupName
 	kindGateway   = "Gateway"
