@@ -116,3 +116,30 @@ func TestListenerName(t *testing.T) {
 		t.Error("two hostnames with one name")
 	}
 }
+
+// In a cluster without cert-manager's CRDs the HTTPS listeners of http01 and dns01 modes say
+// so; in standalone mode they say a cluster is needed.
+func TestNoCertManagerReason(t *testing.T) {
+	res := load(t, "testdata/http01-standalone.in.yaml")
+	for _, c := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Now: now}, v1alpha1.ReasonCertificatesNeedCluster},
+		{Options{Now: now, NoCertManagerReason: v1alpha1.ReasonCertManagerNotInstalled}, v1alpha1.ReasonCertManagerNotInstalled},
+	} {
+		out := Render(res, c.opts)
+		found := false
+		for _, l := range out.Tenants[0].Status.Listeners {
+			if strings.HasPrefix(l.Name, "https") {
+				found = true
+				if l.Reason != c.want {
+					t.Errorf("listener %s: reason %q, want %q", l.Name, l.Reason, c.want)
+				}
+			}
+		}
+		if !found {
+			t.Fatal("no HTTPS listener rendered")
+		}
+	}
+}

@@ -224,6 +224,46 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 		})
 	})
 
+	t.Run("a child namespace adds its apex's listener; leaving the tree removes it", func(t *testing.T) {
+		listeners := func() (string, error) {
+			var gw gwv1.Gateway
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &gw); err != nil {
+				return "", err
+			}
+			var hosts []string
+			for _, l := range gw.Spec.Listeners {
+				if l.Hostname != nil && l.Protocol == gwv1.HTTPSProtocolType {
+					hosts = append(hosts, string(*l.Hostname))
+				}
+			}
+			return strings.Join(hosts, " "), nil
+		}
+		create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "acme-shop",
+			Labels: map[string]string{"snigate.dev/gateway": "acme", "snigate.dev/host": "shop.acme.example.test"}}})
+		kubetest.Eventually(t, timeout, "the child's listener", func() error {
+			got, err := listeners()
+			if err == nil && got != "*.acme.example.test acme.example.test *.shop.acme.example.test" {
+				err = fmt.Errorf("HTTPS listeners %q", got)
+			}
+			return err
+		})
+		var ns corev1.Namespace
+		if err := cl.Get(ctx, client.ObjectKey{Name: "acme-shop"}, &ns); err != nil {
+			t.Fatal(err)
+		}
+		delete(ns.Labels, "snigate.dev/gateway")
+		if err := cl.Update(ctx, &ns); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, timeout, "the child's listener gone", func() error {
+			got, err := listeners()
+			if err == nil && got != "*.acme.example.test acme.example.test" {
+				err = fmt.Errorf("HTTPS listeners %q", got)
+			}
+			return err
+		})
+	})
+
 	t.Run("a Gateway it does not own is never overwritten", func(t *testing.T) {
 		create(
 			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "taken"}},
