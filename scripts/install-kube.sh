@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install-kube.sh — give the Kubernetes controller tests (issue 5) a real API server: etcd from
+# install-kube.sh — give the Kubernetes controller tests a real API server: etcd from
 # Debian's etcd-server package, and kube-apiserver and kube-controller-manager 1.36.3 built
 # from the k8s.io/kubernetes Go module (hack/kube-apiserver, hack/kube-controller-manager).
 # The controller manager is there for its garbage collector, which a bare API server lacks.

@@ -1,5 +1,5 @@
 // Command kube-apiserver builds the upstream kube-apiserver 1.36.3 from the k8s.io/kubernetes
-// module, so that snigate's controller tests run against a real API server (issue 5).
+// module, so that snigate's controller tests run against a real API server.
 // scripts/install-kube.sh builds it once per machine into a cache folder; the main function
 // is upstream's cmd/kube-apiserver/apiserver.go.
 package main
