@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,11 +33,16 @@ type PGOptions struct {
 	Cert *Cert
 	// Settings are extra postgresql.conf lines, e.g. "log_min_messages = debug1".
 	Settings []string
+	// Netns runs the server inside that network namespace, listening on its IP (and no
+	// loopback) and accepting TLS from its /30, where the host's connections come from:
+	// a backend an EndpointSlice can name. The unix socket stays on the shared filesystem,
+	// so Admin and the readiness check work as without. Default: the host, on 127.0.0.1.
+	Netns *Host
 }
 
 // Postgres is a running private PostgreSQL instance.
 //
-// It listens on 127.0.0.1:Port with ssl=on and accepts TCP connections only over TLS
+// It listens on 127.0.0.1:Port (or PGOptions.Netns's IP) with ssl=on and accepts TCP connections only over TLS
 // (hostssl ... scram-sha-256; plain host connections are rejected), so a test can tell
 // whether its client really negotiated TLS. Locally (unix socket in SocketDir) every user
 // is trusted, for the test's own setup and checks (Admin).
@@ -45,7 +51,7 @@ type PGOptions struct {
 type Postgres struct {
 	Name      string
 	Port      int
-	Addr      string // 127.0.0.1:Port
+	Addr      string // 127.0.0.1:Port, or the Netns IP and Port
 	Version   int    // server major version, e.g. 15
 	BinDir    string
 	Dir       string // everything of this instance, removed in cleanup
@@ -111,6 +117,12 @@ func StartPostgres(t testing.TB, o PGOptions) *Postgres {
 		t.Fatal(err)
 	}
 	hba := fixture.PostgresHBA("scram-sha-256")
+	listen := "127.0.0.1"
+	if o.Netns != nil {
+		listen = o.Netns.IP.String()
+		hba += "hostssl all all " + o.Netns.Prefix.String() + " scram-sha-256\n" +
+			"host    all all " + o.Netns.Prefix.String() + " reject\n"
+	}
 	if err := writeFile(filepath.Join(p.DataDir, "pg_hba.conf"), []byte(hba), 0o600, owner); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +136,7 @@ func StartPostgres(t testing.TB, o PGOptions) *Postgres {
 				"password_encryption = 'scram-sha-256'",
 				"log_connections = on",
 				"log_line_prefix = '%m [%p] %q%u@%d '",
+				"listen_addresses = '" + listen + "'",
 			}, o.Settings...),
 		}
 		// postgresql.auto.conf is read last and wins over postgresql.conf.
@@ -131,6 +144,9 @@ func StartPostgres(t testing.TB, o PGOptions) *Postgres {
 			return err
 		}
 		cmd := command(owner, dir, filepath.Join(binDir, "postgres"), "-D", p.DataDir)
+		if o.Netns != nil {
+			cmd = pgInNetns(o.Netns, owner, dir, filepath.Join(binDir, "postgres"), "-D", p.DataDir)
+		}
 		proc, err := startProcess(cmd, "postgres "+o.Name, p.LogPath, syscall.SIGINT) // SIGINT: fast shutdown
 		if err != nil {
 			return err
@@ -150,11 +166,27 @@ func StartPostgres(t testing.TB, o PGOptions) *Postgres {
 			t.Logf("postgres %s log (%s):\n%s", p.Name, p.LogPath, p.proc.logTail())
 		}
 	})
-	p.Addr = fmt.Sprintf("127.0.0.1:%d", p.Port)
+	p.Addr = net.JoinHostPort(listen, strconv.Itoa(p.Port))
 	if err := p.setup(); err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// pgInNetns is command's in the namespace: entering it takes root, so ip netns exec runs
+// as root and setpriv drops to owner before the server starts (both exec, so the process is
+// the server itself and stop signals it directly).
+func pgInNetns(h *Host, owner *runAs, dir, name string, args ...string) *exec.Cmd {
+	argv := []string{name}
+	if owner != nil {
+		argv = []string{"setpriv", "--reuid=" + strconv.Itoa(int(owner.uid)), "--regid=" + strconv.Itoa(int(owner.gid)), "--clear-groups", name}
+	}
+	cmd := h.Command(argv[0], append(argv[1:], args...)...)
+	cmd.Dir = dir
+	if owner != nil {
+		cmd.Env = append(cmd.Env, "HOME="+dir, "USER="+owner.name, "LOGNAME="+owner.name)
+	}
+	return cmd
 }
 
 // initdb gives the instance a fresh data folder: a copy of a template that initdb made once.
@@ -300,7 +332,8 @@ func (p *Postgres) ConnString(hostaddr string, port int, extra ...string) string
 
 // DirectConnString is ConnString to the instance itself.
 func (p *Postgres) DirectConnString(extra ...string) string {
-	return p.ConnString("127.0.0.1", p.Port, extra...)
+	host, _, _ := net.SplitHostPort(p.Addr)
+	return p.ConnString(host, p.Port, extra...)
 }
 
 // Admin connects as superuser over the unix socket (closed in t.Cleanup): for checks such

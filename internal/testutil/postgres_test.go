@@ -178,3 +178,22 @@ func TestPostgresPsqlCancel(t *testing.T) {
 		t.Fatal("psql did not cancel within 10 s")
 	}
 }
+
+// An instance in a network namespace listens on the namespace's address only and takes TLS
+// from the host across the veth pair, while Admin still uses the unix socket.
+func TestPostgresInNetns(t *testing.T) {
+	h := NetnsHost(t, "pgtest")
+	p := StartPostgres(t, PGOptions{Name: "netns.db.test", Netns: h})
+	if want := h.IP.String() + ":"; !strings.HasPrefix(p.Addr, want) {
+		t.Fatalf("Addr %s, want on %s", p.Addr, h.IP)
+	}
+	psql := Binary(t, "psql", p.BinDir)
+	out, errOut, err := run(t, 20*time.Second, nil, psql, "-X", "-At", "-d", p.DirectConnString(), "-c", "SELECT name FROM instance")
+	if err != nil || out != p.Name {
+		t.Fatalf("psql from the host: %v %q %s", err, out, errOut)
+	}
+	var addr string
+	if err := p.Admin(t).QueryRow(context.Background(), "SELECT current_setting('listen_addresses')").Scan(&addr); err != nil || addr != h.IP.String() {
+		t.Fatalf("listen_addresses %q (%v), want %s", addr, err, h.IP)
+	}
+}

@@ -287,3 +287,20 @@ func Eventually(t testing.TB, timeout time.Duration, what string, check func() e
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// CertManagerCRDs lists cert-manager's Issuer, ClusterIssuer and Certificate CRDs from its
+// Go module (the version in go.mod): with them the controller renders cert-manager's
+// objects and holds no HTTPS listener back for a missing cert-manager.
+func CertManagerCRDs(t testing.TB) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
+	if err != nil {
+		testutil.Require(t, "the cert-manager module (go mod download)", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
+	var files []string
+	for _, name := range []string{"cert-manager.io_issuers.yaml", "cert-manager.io_clusterissuers.yaml", "cert-manager.io_certificates.yaml"} {
+		files = append(files, filepath.Join(dir, name))
+	}
+	return files
+}

@@ -1,0 +1,281 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
+)
+
+// clusterWait bounds every wait on the controller: an API server on a loaded machine is
+// slow to start watches, and a render, an apply and a status write follow each other.
+const clusterWait = 60 * time.Second
+
+// TestTenantGatewayStandalone's checks in cluster mode: the TenantGateway lives in a real
+// kube-apiserver, `snigate controller` renders it into a Gateway there and serves that
+// Gateway on an address of its own (--local-addresses), and the backends are in network
+// namespaces (the API server refuses loopback endpoints), reached through EndpointSlices.
+// The traffic goes through exactly what the controller rendered and applied.
+func TestTenantGatewayCluster(t *testing.T) {
+	needBinary(t)
+	if os.Geteuid() != 0 {
+		testutil.Require(t, "root (network namespaces, and the Gateway binds ports 80 and 443)", errors.New("not root"))
+	}
+	dbPsqlBin(t)
+	crds := append(kubetest.StandardCRDs(t), filepath.Join(kubetest.RepoRoot(t), "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml"))
+	// cert-manager's CRDs, not cert-manager: dns01's HTTPS listeners are held back without
+	// them (CertManagerNotInstalled); with them the Certificate is rendered and the test
+	// fills its Secret itself.
+	crds = append(crds, kubetest.CertManagerCRDs(t)...)
+	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: crds})
+	kubeconfig := writeKubeconfig(t, env)
+	cl, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ca := testutil.NewCA(t)
+	wildcard := ca.Issue(t, "example.test", "*.example.test")
+	vaultCert := ca.Issue(t, "vault.example.test")
+	appHost := testutil.NetnsHost(t, "app")
+	vaultHost := testutil.NetnsHost(t, "vault")
+	pgHost := testutil.NetnsHost(t, "pg")
+	const appPort, vaultPort = 8080, 8200 // each backend has its namespace's ports to itself
+	appHost.Start(t, snigateBin, "echo", "--listen", net.JoinHostPort(appHost.IP.String(), strconv.Itoa(appPort)), "--name", "app", "--http")
+	certFile, keyFile := vaultCert.WriteFiles(t, t.TempDir())
+	vaultHost.Start(t, snigateBin, "echo", "--listen", net.JoinHostPort(vaultHost.IP.String(), strconv.Itoa(vaultPort)), "--name", "vault", "--cert", certFile, "--key", keyFile)
+	pg := testutil.StartPostgres(t, testutil.PGOptions{CA: ca, Name: "orders.pg.example.test", Netns: pgHost})
+	waitListening(t, net.JoinHostPort(appHost.IP.String(), strconv.Itoa(appPort)))
+	waitListening(t, net.JoinHostPort(vaultHost.IP.String(), strconv.Itoa(vaultPort)))
+	pgPort := testutil.FreePorts(t, 1)[0]
+
+	apply(t, cl, fixture.Docs(`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: snigate}
+spec: {controllerName: snigate.dev/gateway-controller}
+`, `apiVersion: v1
+kind: Namespace
+metadata: {name: acme}
+`, fmt.Sprintf(`apiVersion: snigate.dev/v1alpha1
+kind: TenantGateway
+metadata: {name: acme, namespace: acme}
+spec:
+  apex: example.test
+  certificates: {mode: dns01, issuerRef: {name: x, kind: ClusterIssuer}}
+  tlsPassthroughServices: [vault]
+  tlsPassthroughListeners:
+  - {name: pg, port: %d, hostname: "*.pg.example.test"}
+`, pgPort), `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: acme}
+spec:
+  parentRefs: [{name: acme}]
+  hostnames: [app.example.test]
+  rules: [{backendRefs: [{name: app, port: 8080}]}]
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: vault, namespace: acme}
+spec:
+  parentRefs: [{name: acme, sectionName: tls-vault}]
+  hostnames: [vault.example.test]
+  rules: [{backendRefs: [{name: vault, port: 8200}]}]
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: orders, namespace: acme}
+spec:
+  parentRefs: [{name: acme, sectionName: tls-pg}]
+  hostnames: [orders.pg.example.test]
+  rules: [{backendRefs: [{name: orders, port: 5432}]}]
+`,
+		fixture.ServiceYAML("acme", "app", 8080, appPort, appHost.IP.String()),
+		fixture.ServiceYAML("acme", "vault", 8200, vaultPort, vaultHost.IP.String()),
+		fixture.ServiceYAML("acme", "orders", 5432, pg.Port, pgHost.IP.String()),
+		// What cert-manager would write for the rendered Certificate acme-wildcard.
+		fixture.TLSSecretYAML("acme", "acme-wildcard-tls", wildcard.Cert)))
+
+	startSnigate(t, "", "controller", "--kubeconfig", kubeconfig, "--leader-elect=false",
+		"--local-addresses", "127.0.0.0/24")
+
+	ctx := context.Background()
+	tgw := &unstructured.Unstructured{}
+	tgw.SetGroupVersionKind(schema.GroupVersionKind{Group: "snigate.dev", Version: "v1alpha1", Kind: "TenantGateway"})
+	var addr string
+	t.Run("status", func(t *testing.T) {
+		kubetest.Eventually(t, clusterWait, "TenantGateway Ready with its address", func() error {
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, tgw); err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(tgw.Object, "status", "conditions")
+			ready := false
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				ready = ready || (m["type"] == "Ready" && m["status"] == "True")
+			}
+			if !ready {
+				return fmt.Errorf("not Ready: %v", tgw.Object["status"])
+			}
+			gw := &unstructured.Unstructured{}
+			gw.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "Gateway"})
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, gw); err != nil {
+				return err
+			}
+			addrs, _, _ := unstructured.NestedSlice(gw.Object, "status", "addresses")
+			if len(addrs) == 0 {
+				return fmt.Errorf("the Gateway has no status.addresses: %v", gw.Object["status"])
+			}
+			a, _ := addrs[0].(map[string]any)
+			addr, _ = a["value"].(string)
+			if !strings.HasPrefix(addr, "127.0.0.") {
+				return fmt.Errorf("Gateway address %q, want one of 127.0.0.0/24", addr)
+			}
+			return nil
+		})
+		listeners, _, _ := unstructured.NestedSlice(tgw.Object, "status", "listeners")
+		if len(listeners) != 5 {
+			t.Errorf("%d listeners in the status, want 5: %v", len(listeners), listeners)
+		}
+	})
+	if addr == "" {
+		t.FailNow()
+	}
+	// The data plane may lag the status by a moment: wait until it answers on 443.
+	kubetest.Eventually(t, clusterWait, "the Gateway serving on "+addr, func() error {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(addr, "443"),
+			&tls.Config{ServerName: "app.example.test", RootCAs: ca.Pool()})
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+
+	t.Run("HTTPS app with the wildcard certificate", func(t *testing.T) {
+		var peer *tls.ConnectionState
+		c := addrHTTPClient(addr, ca, func(cs tls.ConnectionState) { peer = &cs })
+		resp, err := c.Get("https://app.example.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"name":"app"`) {
+			t.Fatalf("GET: %d %s", resp.StatusCode, body)
+		}
+		if peer == nil || peer.PeerCertificates[0].SerialNumber.Cmp(wildcard.Serial) != 0 {
+			t.Errorf("the app was not served with the wildcard certificate")
+		}
+	})
+
+	t.Run("passthrough on 443 reaches the backend's own certificate", func(t *testing.T) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(addr, "443"),
+			&tls.Config{ServerName: "vault.example.test", RootCAs: ca.Pool()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if got := c.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(vaultCert.Serial) != 0 {
+			t.Errorf("serial %x, want the backend's %x", got, vaultCert.Serial)
+		}
+	})
+
+	t.Run("psql verify-full on the database's own port", func(t *testing.T) {
+		// The instance's name, not just "select 1": the answer comes from the server in pgHost.
+		r := dbPsql(t, pg.ConnString(addr, pgPort), "select name from instance")
+		if r.err != nil || strings.TrimSpace(r.stdout) != "orders.pg.example.test" {
+			t.Fatalf("psql through the tenant gateway: %v", r)
+		}
+	})
+
+	t.Run("each port is an access boundary", func(t *testing.T) {
+		// The database's name on 443 is taken by the HTTPS listener *.example.test and
+		// answered with the wildcard certificate: it never reaches PostgreSQL.
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(addr, "443"),
+			&tls.Config{ServerName: "orders.pg.example.test", InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.ConnectionState().PeerCertificates[0].SerialNumber
+		c.Close()
+		if got.Cmp(wildcard.Serial) != 0 || got.Cmp(pg.Cert.Serial) == 0 {
+			t.Errorf("the database's name on 443 got serial %x, want the gateway's wildcard %x", got, wildcard.Serial)
+		}
+		addrRejectedTLS(t, addr, pgPort, &tls.Config{ServerName: "app.example.test", RootCAs: ca.Pool()})
+		addrRejectedTLS(t, addr, pgPort, &tls.Config{ServerName: "vault.example.test", RootCAs: ca.Pool()})
+	})
+
+	t.Run("no SNI is closed with zero bytes", func(t *testing.T) {
+		for _, port := range []int{443, pgPort} {
+			addrRejectedTLS(t, addr, port, &tls.Config{InsecureSkipVerify: true})
+		}
+	})
+
+	t.Run("plain HTTP redirects to https", func(t *testing.T) {
+		c := addrHTTPClient(addr, ca, nil)
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp, err := c.Get("http://app.example.test/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "https://app.example.test/x" {
+			t.Errorf("GET http://: %d Location %q, want 301 to https", resp.StatusCode, resp.Header.Get("Location"))
+		}
+	})
+}
+
+// addrHTTPClient dials addr whatever the URL's host, trusting ca.
+func addrHTTPClient(addr string, ca *testutil.CA, onTLS func(tls.ConnectionState)) *http.Client {
+	d := &net.Dialer{Timeout: ioTimeout}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+			_, port, _ := net.SplitHostPort(a)
+			return d.DialContext(ctx, network, net.JoinHostPort(addr, port))
+		},
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), VerifyConnection: func(cs tls.ConnectionState) error {
+			if onTLS != nil {
+				onTLS(cs)
+			}
+			return nil
+		}},
+	}
+	return &http.Client{Transport: tr, Timeout: 2 * ioTimeout}
+}
+
+// addrRejectedTLS expects a TLS handshake to addr:port to end with zero bytes read.
+func addrRejectedTLS(t *testing.T, addr string, port int, cfg *tls.Config) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(port)), ioTimeout)
+	if err != nil {
+		t.Fatalf("connect %s:%d: %v (rejection must accept, then close)", addr, port, err)
+	}
+	defer c.Close()
+	dbTLSNoBytes(t, c, cfg)
+}
+
+// waitListening waits until something accepts TCP connections on addr.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	kubetest.Eventually(t, 30*time.Second, "a listener on "+addr, func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+}
