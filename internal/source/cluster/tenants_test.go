@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,21 +25,6 @@ import (
 	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
-// certManagerCRDs are cert-manager's own CRDs, from its Go module (the version in go.mod).
-func certManagerCRDs(t *testing.T) []string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
-	if err != nil {
-		testutil.Require(t, "the cert-manager module (go mod download)", err)
-	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
-	var files []string
-	for _, name := range []string{"cert-manager.io_issuers.yaml", "cert-manager.io_clusterissuers.yaml", "cert-manager.io_certificates.yaml"} {
-		files = append(files, filepath.Join(dir, name))
-	}
-	return files
-}
-
 // The controller renders a TenantGateway and makes the cluster match: the Gateway, the
 // redirect and cert-manager's objects applied with server-side apply under snigate's field
 // manager and owned by the TenantGateway, the status written; a switch of certificate mode
@@ -56,7 +40,7 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	crds := append(kubetest.StandardCRDs(t), filepath.Join(kubetest.RepoRoot(t), "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml"))
-	crds = append(crds, certManagerCRDs(t)...)
+	crds = append(crds, kubetest.CertManagerCRDs(t)...)
 	// The controller-manager's garbage collector runs: deleting the TenantGateway really
 	// removes what it owns.
 	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme, Options: kubetest.Options{CRDs: crds, GarbageCollector: true}})
