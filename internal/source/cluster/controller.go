@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -63,6 +64,7 @@ import (
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/pipeline"
 	"github.com/snigate/snigate/internal/provision"
+	"github.com/snigate/snigate/internal/render"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/translate"
@@ -147,6 +149,9 @@ func Scheme() (*runtime.Scheme, error) {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := cmv1.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -293,9 +298,19 @@ func New(cfg Config) (*Controller, error) {
 		if err != nil && !meta.IsNoMatchError(err) {
 			return nil, fmt.Errorf("cluster: looking up cert-manager's Certificate: %w", err)
 		}
-		c.tenants = newTenantApplier(mgr.GetClient(), mgr.GetAPIReader(), err == nil, cfg.Logger.With("component", "tenants"))
+		certManager := err == nil
+		c.tenants = newTenantApplier(mgr.GetClient(), mgr.GetAPIReader(), certManager, cfg.Logger.With("component", "tenants"))
 		if err := mgr.Add(c.tenants); err != nil {
 			return nil, err
+		}
+		if certManager {
+			// What the TenantGateways own of cert-manager's is watched too: a Certificate
+			// deleted or edited by hand is put back at once.
+			owned := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				_, ok := o.GetLabels()[render.LabelTenantGateway]
+				return ok
+			}), predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))
+			b = b.Watches(&cmv1.Certificate{}, all, owned).Watches(&cmv1.Issuer{}, all, owned)
 		}
 	}
 	for _, k := range c.kinds {

@@ -157,6 +157,33 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 		})
 	})
 
+	t.Run("a Certificate deleted by hand is put back", func(t *testing.T) {
+		// First let the applier settle (no pass for 2 s), so that nothing but the deletion
+		// itself can trigger the next one: the watch on owned Certificates.
+		settled := time.Now().Add(timeout)
+		for last := c.tenants.passes.Load(); ; {
+			time.Sleep(2 * time.Second)
+			now := c.tenants.passes.Load()
+			if now == last {
+				break
+			}
+			if time.Now().After(settled) {
+				t.Fatalf("the tenant applier never settled (%d passes)", now)
+			}
+			last = now
+		}
+		if err := cl.Delete(ctx, &cmv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme-wildcard"}}); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, timeout, "Certificate acme-wildcard back", func() error {
+			var crt cmv1.Certificate
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme-wildcard"}, &crt); err != nil {
+				return err
+			}
+			return owned(&crt)
+		})
+	})
+
 	t.Run("the tenant's and the attached namespaces are stamped", func(t *testing.T) {
 		kubetest.Eventually(t, timeout, "acme and monitoring stamped", func() error {
 			var ns corev1.Namespace
