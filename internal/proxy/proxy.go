@@ -141,7 +141,11 @@ type Proxy struct {
 	endMu sync.RWMutex
 	ends  map[endKey]*endCounters
 
-	conns     sync.WaitGroup
+	conns sync.WaitGroup
+	// serving counts the accept loops (serve): Shutdown waits for them to return before it
+	// waits on conns, since a loop may still Add a connection it accepted just before its
+	// listener closed, and a WaitGroup's Add must not race its Wait.
+	serving   sync.WaitGroup
 	connMu    sync.Mutex
 	connSet   map[*conn]struct{}
 	draining  atomic.Bool
@@ -232,7 +236,7 @@ func (p *Proxy) Apply(s *snapshot.Snapshot) error {
 	}
 	for _, pl := range opened {
 		p.log.Info("port opened", "address", pl.addr)
-		go p.serve(pl)
+		p.serving.Go(func() { p.serve(pl) })
 	}
 	return nil
 }
@@ -273,6 +277,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	stopping.Wait()
+	p.serving.Wait()
 	p.draining.Store(true)
 
 	done := make(chan struct{})
