@@ -5,9 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -165,107 +163,7 @@ spec:
 		return c.Close()
 	})
 
-	t.Run("HTTPS app with the wildcard certificate", func(t *testing.T) {
-		var peer *tls.ConnectionState
-		c := addrHTTPClient(addr, ca, func(cs tls.ConnectionState) { peer = &cs })
-		resp, err := c.Get("https://app.example.test/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"name":"app"`) {
-			t.Fatalf("GET: %d %s", resp.StatusCode, body)
-		}
-		if peer == nil || peer.PeerCertificates[0].SerialNumber.Cmp(wildcard.Serial) != 0 {
-			t.Errorf("the app was not served with the wildcard certificate")
-		}
-	})
-
-	t.Run("passthrough on 443 reaches the backend's own certificate", func(t *testing.T) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(addr, "443"),
-			&tls.Config{ServerName: "vault.example.test", RootCAs: ca.Pool()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if got := c.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(vaultCert.Serial) != 0 {
-			t.Errorf("serial %x, want the backend's %x", got, vaultCert.Serial)
-		}
-	})
-
-	t.Run("psql verify-full on the database's own port", func(t *testing.T) {
-		// The instance's name, not just "select 1": the answer comes from the server in pgHost.
-		r := dbPsql(t, pg.ConnString(addr, pgPort), "select name from instance")
-		if r.err != nil || strings.TrimSpace(r.stdout) != "orders.pg.example.test" {
-			t.Fatalf("psql through the tenant gateway: %v", r)
-		}
-	})
-
-	t.Run("each port is an access boundary", func(t *testing.T) {
-		// The database's name on 443 is taken by the HTTPS listener *.example.test and
-		// answered with the wildcard certificate: it never reaches PostgreSQL.
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(addr, "443"),
-			&tls.Config{ServerName: "orders.pg.example.test", InsecureSkipVerify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := c.ConnectionState().PeerCertificates[0].SerialNumber
-		c.Close()
-		if got.Cmp(wildcard.Serial) != 0 || got.Cmp(pg.Cert.Serial) == 0 {
-			t.Errorf("the database's name on 443 got serial %x, want the gateway's wildcard %x", got, wildcard.Serial)
-		}
-		addrRejectedTLS(t, addr, pgPort, &tls.Config{ServerName: "app.example.test", RootCAs: ca.Pool()})
-		addrRejectedTLS(t, addr, pgPort, &tls.Config{ServerName: "vault.example.test", RootCAs: ca.Pool()})
-	})
-
-	t.Run("no SNI is closed with zero bytes", func(t *testing.T) {
-		for _, port := range []int{443, pgPort} {
-			addrRejectedTLS(t, addr, port, &tls.Config{InsecureSkipVerify: true})
-		}
-	})
-
-	t.Run("plain HTTP redirects to https", func(t *testing.T) {
-		c := addrHTTPClient(addr, ca, nil)
-		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-		resp, err := c.Get("http://app.example.test/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "https://app.example.test/x" {
-			t.Errorf("GET http://: %d Location %q, want 301 to https", resp.StatusCode, resp.Header.Get("Location"))
-		}
-	})
-}
-
-// addrHTTPClient dials addr whatever the URL's host, trusting ca.
-func addrHTTPClient(addr string, ca *testutil.CA, onTLS func(tls.ConnectionState)) *http.Client {
-	d := &net.Dialer{Timeout: ioTimeout}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
-			_, port, _ := net.SplitHostPort(a)
-			return d.DialContext(ctx, network, net.JoinHostPort(addr, port))
-		},
-		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), VerifyConnection: func(cs tls.ConnectionState) error {
-			if onTLS != nil {
-				onTLS(cs)
-			}
-			return nil
-		}},
-	}
-	return &http.Client{Transport: tr, Timeout: 2 * ioTimeout}
-}
-
-// addrRejectedTLS expects a TLS handshake to addr:port to end with zero bytes read.
-func addrRejectedTLS(t *testing.T, addr string, port int, cfg *tls.Config) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(port)), ioTimeout)
-	if err != nil {
-		t.Fatalf("connect %s:%d: %v (rejection must accept, then close)", addr, port, err)
-	}
-	defer c.Close()
-	dbTLSNoBytes(t, c, cfg)
+	tenantTraffic{addr: addr, pgPort: pgPort, ca: ca, wildcard: wildcard, vault: vaultCert, pg: pg}.check(t)
 }
 
 // waitListening waits until something accepts TCP connections on addr.

@@ -119,84 +119,12 @@ spec:
 		}
 	})
 
-	t.Run("HTTPS app with the wildcard certificate", func(t *testing.T) {
-		var peer *tls.ConnectionState
-		c := tenantHTTPClient(ca, func(cs tls.ConnectionState) { peer = &cs })
-		resp, err := c.Get("https://app.example.test/hello")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"name":"app"`) {
-			t.Fatalf("GET: %d %s", resp.StatusCode, body)
-		}
-		if peer == nil || peer.PeerCertificates[0].SerialNumber.Cmp(wildcard.Serial) != 0 {
-			t.Errorf("the app was not served with the wildcard certificate")
-		}
-	})
-
-	t.Run("passthrough on 443 reaches the backend's own certificate", func(t *testing.T) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(tenantAddr, "443"),
-			&tls.Config{ServerName: "vault.example.test", RootCAs: ca.Pool()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if got := c.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(vaultCert.Serial) != 0 {
-			t.Errorf("serial %x, want the backend's %x", got, vaultCert.Serial)
-		}
-	})
-
-	t.Run("psql verify-full on the database's own port", func(t *testing.T) {
-		r := dbPsql(t, pg.ConnString(tenantAddr, pgPort), "select name from instance")
-		if r.err != nil || !strings.Contains(r.stdout, "orders.pg.example.test") {
-			t.Fatalf("psql through the tenant gateway: %v", r)
-		}
-	})
-
-	t.Run("each port is an access boundary", func(t *testing.T) {
-		// The database's name on 443 never reaches PostgreSQL: the HTTPS listener *.example.test
-		// takes it (a wildcard covers every label below it) and answers with the wildcard
-		// certificate, which does not name the database.
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(tenantAddr, "443"),
-			&tls.Config{ServerName: "orders.pg.example.test", InsecureSkipVerify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := c.ConnectionState().PeerCertificates[0].SerialNumber
-		c.Close()
-		if got.Cmp(wildcard.Serial) != 0 || got.Cmp(pg.Cert.Serial) == 0 {
-			t.Errorf("the database's name on 443 got serial %x, want the gateway's wildcard %x", got, wildcard.Serial)
-		}
-		// The app's and the passthrough service's names on the database port get nothing.
-		tenantRejectedTLS(t, pgPort, &tls.Config{ServerName: "app.example.test", RootCAs: ca.Pool()})
-		tenantRejectedTLS(t, pgPort, &tls.Config{ServerName: "vault.example.test", RootCAs: ca.Pool()})
-	})
-
-	t.Run("no SNI is closed with zero bytes", func(t *testing.T) {
-		for _, port := range []int{443, pgPort} {
-			tenantRejectedTLS(t, port, &tls.Config{InsecureSkipVerify: true})
-		}
-	})
-
-	t.Run("plain HTTP redirects to https", func(t *testing.T) {
-		c := tenantHTTPClient(ca, nil)
-		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-		resp, err := c.Get("http://app.example.test/path?q=1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "https://app.example.test/path?q=1" {
-			t.Errorf("GET http://: %d Location %q, want 301 to https", resp.StatusCode, resp.Header.Get("Location"))
-		}
-	})
+	tenantTraffic{addr: tenantAddr, pgPort: pgPort, ca: ca, wildcard: wildcard, vault: vaultCert, pg: pg}.check(t)
 
 	appServed := func(t *testing.T) {
 		t.Helper()
 		var peer *tls.ConnectionState
-		resp, err := tenantHTTPClient(ca, func(cs tls.ConnectionState) { peer = &cs }).Get("https://app.example.test/")
+		resp, err := addrHTTPClient(tenantAddr, ca, func(cs tls.ConnectionState) { peer = &cs }).Get("https://app.example.test/")
 		if err != nil {
 			t.Fatalf("the app is no longer served: %v", err)
 		}
@@ -237,13 +165,102 @@ spec:
 	})
 }
 
-// tenantHTTPClient dials tenantAddr whatever the URL's host, trusting ca.
-func tenantHTTPClient(ca *testutil.CA, onTLS func(tls.ConnectionState)) *http.Client {
+// tenantTraffic is what both TenantGateway end-to-end tests (files and cluster) check with
+// real clients once the rendered Gateway serves on addr: the app over HTTPS with the
+// wildcard certificate, the passthrough service's own certificate on 443, PostgreSQL with
+// verify-full on its own port, each port an access boundary, no SNI closed with zero bytes,
+// and plain HTTP redirected.
+type tenantTraffic struct {
+	addr            string
+	pgPort          int
+	ca              *testutil.CA
+	wildcard, vault *testutil.Cert
+	pg              *testutil.Postgres
+}
+
+func (tc tenantTraffic) check(t *testing.T) {
+	t.Helper()
+	t.Run("HTTPS app with the wildcard certificate", func(t *testing.T) {
+		var peer *tls.ConnectionState
+		c := addrHTTPClient(tc.addr, tc.ca, func(cs tls.ConnectionState) { peer = &cs })
+		resp, err := c.Get("https://app.example.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"name":"app"`) {
+			t.Fatalf("GET: %d %s", resp.StatusCode, body)
+		}
+		if peer == nil || peer.PeerCertificates[0].SerialNumber.Cmp(tc.wildcard.Serial) != 0 {
+			t.Errorf("the app was not served with the wildcard certificate")
+		}
+	})
+
+	t.Run("passthrough on 443 reaches the backend's own certificate", func(t *testing.T) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(tc.addr, "443"),
+			&tls.Config{ServerName: "vault.example.test", RootCAs: tc.ca.Pool()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if got := c.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(tc.vault.Serial) != 0 {
+			t.Errorf("serial %x, want the backend's %x", got, tc.vault.Serial)
+		}
+	})
+
+	t.Run("psql verify-full on the database's own port", func(t *testing.T) {
+		// The instance's name, not just "select 1": the answer comes from that very server.
+		r := dbPsql(t, tc.pg.ConnString(tc.addr, tc.pgPort), "select name from instance")
+		if r.err != nil || strings.TrimSpace(r.stdout) != "orders.pg.example.test" {
+			t.Fatalf("psql through the tenant gateway: %v", r)
+		}
+	})
+
+	t.Run("each port is an access boundary", func(t *testing.T) {
+		// The database's name on 443 is taken by the HTTPS listener *.example.test and
+		// answered with the wildcard certificate: it never reaches PostgreSQL.
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(tc.addr, "443"),
+			&tls.Config{ServerName: "orders.pg.example.test", InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.ConnectionState().PeerCertificates[0].SerialNumber
+		c.Close()
+		if got.Cmp(tc.wildcard.Serial) != 0 || got.Cmp(tc.pg.Cert.Serial) == 0 {
+			t.Errorf("the database's name on 443 got serial %x, want the gateway's wildcard %x", got, tc.wildcard.Serial)
+		}
+		addrRejectedTLS(t, tc.addr, tc.pgPort, &tls.Config{ServerName: "app.example.test", RootCAs: tc.ca.Pool()})
+		addrRejectedTLS(t, tc.addr, tc.pgPort, &tls.Config{ServerName: "vault.example.test", RootCAs: tc.ca.Pool()})
+	})
+
+	t.Run("no SNI is closed with zero bytes", func(t *testing.T) {
+		for _, port := range []int{443, tc.pgPort} {
+			addrRejectedTLS(t, tc.addr, port, &tls.Config{InsecureSkipVerify: true})
+		}
+	})
+
+	t.Run("plain HTTP redirects to https", func(t *testing.T) {
+		c := addrHTTPClient(tc.addr, tc.ca, nil)
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp, err := c.Get("http://app.example.test/path?q=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "https://app.example.test/path?q=1" {
+			t.Errorf("GET http://: %d Location %q, want 301 to https", resp.StatusCode, resp.Header.Get("Location"))
+		}
+	})
+}
+
+// addrHTTPClient dials addr whatever the URL's host, trusting ca.
+func addrHTTPClient(addr string, ca *testutil.CA, onTLS func(tls.ConnectionState)) *http.Client {
 	d := &net.Dialer{Timeout: ioTimeout}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
 			_, port, _ := net.SplitHostPort(a)
-			return d.DialContext(ctx, network, net.JoinHostPort(tenantAddr, port))
+			return d.DialContext(ctx, network, net.JoinHostPort(addr, port))
 		},
 		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), VerifyConnection: func(cs tls.ConnectionState) error {
 			if onTLS != nil {
@@ -255,12 +272,12 @@ func tenantHTTPClient(ca *testutil.CA, onTLS func(tls.ConnectionState)) *http.Cl
 	return &http.Client{Transport: tr, Timeout: 2 * ioTimeout}
 }
 
-// tenantRejectedTLS expects a TLS handshake to tenantAddr:port to end with zero bytes read.
-func tenantRejectedTLS(t *testing.T, port int, cfg *tls.Config) {
+// addrRejectedTLS expects a TLS handshake to addr:port to end with zero bytes read.
+func addrRejectedTLS(t *testing.T, addr string, port int, cfg *tls.Config) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", net.JoinHostPort(tenantAddr, strconv.Itoa(port)), ioTimeout)
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(port)), ioTimeout)
 	if err != nil {
-		t.Fatalf("connect :%d: %v (rejection must accept, then close)", port, err)
+		t.Fatalf("connect %s:%d: %v (rejection must accept, then close)", addr, port, err)
 	}
 	defer c.Close()
 	dbTLSNoBytes(t, c, cfg)
