@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,12 +32,8 @@ type statusWriter struct {
 	log            *slog.Logger
 	retryAfter     time.Duration
 
-	mu     sync.Mutex
-	latest *translate.Status
-	kick   chan struct{} // capacity 1: "latest changed"
-
-	writes atomic.Int64 // status updates sent (tests, logs)
-	passes atomic.Int64 // write passes finished, successful or not (tests)
+	latest[translate.Status]              // what to write next, and the write loop
+	writes                   atomic.Int64 // status updates sent (tests, logs)
 }
 
 var (
@@ -49,7 +44,7 @@ var (
 func newStatusWriter(c client.Client, api client.Reader, controllerName string, log *slog.Logger) *statusWriter {
 	return &statusWriter{
 		cached: c, api: api, controllerName: gwv1.GatewayController(controllerName), log: log,
-		retryAfter: time.Second, kick: make(chan struct{}, 1),
+		retryAfter: time.Second, latest: newLatest[translate.Status](),
 	}
 }
 
@@ -57,45 +52,13 @@ func newStatusWriter(c client.Client, api client.Reader, controllerName string, 
 func (w *statusWriter) NeedLeaderElection() bool { return true }
 
 // Publish replaces the status to write; only the latest one is ever written.
-func (w *statusWriter) Publish(s *translate.Status) {
-	w.mu.Lock()
-	w.latest = s
-	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
-}
+func (w *statusWriter) Publish(s *translate.Status) { w.publish(s) }
 
 // Start writes the latest status whenever it changes until ctx is done. A failed pass is
 // tried again after retryAfter (or sooner, when a newer status arrives).
 func (w *statusWriter) Start(ctx context.Context) error {
 	w.log.Info("status writer started (leader)")
-	var retryC <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.kick:
-		case <-retryC:
-		}
-		retryC = nil
-		w.mu.Lock()
-		s := w.latest
-		w.mu.Unlock()
-		if s == nil {
-			continue
-		}
-		err := w.write(ctx, s)
-		w.passes.Add(1)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			w.log.Warn("writing status failed; will retry", "error", err)
-			retryC = time.After(w.retryAfter)
-		}
-	}
+	return w.run(ctx, w.retryAfter, w.log, "writing status", w.write)
 }
 
 // write brings every object's status in line with s. It goes on after an error and returns

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -52,12 +50,9 @@ type tenantApplier struct {
 	log         *slog.Logger
 	certManager bool // cert-manager's CRDs are served: Issuers and Certificates are applied
 
-	mu     sync.Mutex
-	latest *tenantInput
-	kick   chan struct{}
+	latest[tenantInput]
 
 	previous *render.Result // the last render applied without error (applier goroutine only)
-	passes   atomic.Int64   // passes finished, successful or not (tests)
 }
 
 type tenantInput struct {
@@ -71,7 +66,7 @@ var (
 )
 
 func newTenantApplier(cl client.Client, api client.Reader, certManager bool, log *slog.Logger) *tenantApplier {
-	return &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, kick: make(chan struct{}, 1)}
+	return &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, latest: newLatest[tenantInput]()}
 }
 
 // NeedLeaderElection makes the manager start the applier only on the elected replica.
@@ -79,39 +74,14 @@ func (a *tenantApplier) NeedLeaderElection() bool { return true }
 
 // Publish replaces the view to render; only the latest one is ever applied.
 func (a *tenantApplier) Publish(res *resources.Resources, st *translate.Status) {
-	a.mu.Lock()
-	a.latest = &tenantInput{res: res, status: st}
-	a.mu.Unlock()
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
+	a.publish(&tenantInput{res: res, status: st})
 }
 
-// Start applies the latest view whenever it changes until ctx is done.
+// Start applies the latest view whenever it changes until ctx is done; a failed pass is
+// tried again after a second.
 func (a *tenantApplier) Start(ctx context.Context) error {
 	a.log.Info("tenant applier started (leader)", "certManager", a.certManager)
-	var retryC <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-a.kick:
-		case <-retryC:
-		}
-		retryC = nil
-		a.mu.Lock()
-		in := a.latest
-		a.mu.Unlock()
-		if in == nil {
-			continue
-		}
-		if err := a.apply(ctx, in); err != nil && ctx.Err() == nil {
-			a.log.Error("applying what the TenantGateways render; retrying", "error", err)
-			retryC = time.After(time.Second)
-		}
-		a.passes.Add(1)
-	}
+	return a.run(ctx, time.Second, a.log, "applying what the TenantGateways render", a.apply)
 }
 
 // apply renders in and makes the cluster match.
