@@ -71,37 +71,7 @@ spec: {controllerName: snigate.dev/gateway-controller}
 `, `apiVersion: v1
 kind: Namespace
 metadata: {name: acme}
-`, fmt.Sprintf(`apiVersion: snigate.dev/v1alpha1
-kind: TenantGateway
-metadata: {name: acme, namespace: acme}
-spec:
-  apex: example.test
-  certificates: {mode: dns01, issuerRef: {name: x, kind: ClusterIssuer}}
-  tlsPassthroughServices: [vault]
-  tlsPassthroughListeners:
-  - {name: pg, port: %d, hostname: "*.pg.example.test"}
-`, pgPort), `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: app, namespace: acme}
-spec:
-  parentRefs: [{name: acme}]
-  hostnames: [app.example.test]
-  rules: [{backendRefs: [{name: app, port: 8080}]}]
-`, `apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {name: vault, namespace: acme}
-spec:
-  parentRefs: [{name: acme, sectionName: tls-vault}]
-  hostnames: [vault.example.test]
-  rules: [{backendRefs: [{name: vault, port: 8200}]}]
-`, `apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {name: orders, namespace: acme}
-spec:
-  parentRefs: [{name: acme, sectionName: tls-pg}]
-  hostnames: [orders.pg.example.test]
-  rules: [{backendRefs: [{name: orders, port: 5432}]}]
-`,
+`, tenantYAML("{mode: dns01, issuerRef: {name: x, kind: ClusterIssuer}}", pgPort),
 		fixture.ServiceYAML("acme", "app", 8080, appPort, appHost.IP.String()),
 		fixture.ServiceYAML("acme", "vault", 8200, vaultPort, vaultHost.IP.String()),
 		fixture.ServiceYAML("acme", "orders", 5432, pg.Port, pgHost.IP.String()),

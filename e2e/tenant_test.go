@@ -51,37 +51,7 @@ func TestTenantGatewayStandalone(t *testing.T) {
 		return fixture.Docs(`apiVersion: v1
 kind: Namespace
 metadata: {name: acme}
-`, fmt.Sprintf(`apiVersion: snigate.dev/v1alpha1
-kind: TenantGateway
-metadata: {name: acme, namespace: acme}
-spec:
-  apex: example.test
-  certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}
-  tlsPassthroughServices: [vault]
-  tlsPassthroughListeners:
-  - {name: pg, port: %d, hostname: "*.pg.example.test"}
-`, pgListenerPort), `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: app, namespace: acme}
-spec:
-  parentRefs: [{name: acme}]
-  hostnames: [app.example.test]
-  rules: [{backendRefs: [{name: app, port: 8080}]}]
-`, `apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {name: vault, namespace: acme}
-spec:
-  parentRefs: [{name: acme, sectionName: tls-vault}]
-  hostnames: [vault.example.test]
-  rules: [{backendRefs: [{name: vault, port: 8200}]}]
-`, `apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {name: orders, namespace: acme}
-spec:
-  parentRefs: [{name: acme, sectionName: tls-pg}]
-  hostnames: [orders.pg.example.test]
-  rules: [{backendRefs: [{name: orders, port: 5432}]}]
-`,
+`, tenantYAML("{mode: existingSecret, wildcardSecretRef: {name: wildcard}}", pgListenerPort),
 			fixture.ServiceYAML("acme", "app", 8080, appPort, "127.0.0.1"),
 			fixture.ServiceYAML("acme", "vault", 8200, vaultPort, "127.0.0.1"),
 			fixture.ServiceYAML("acme", "orders", 5432, pg.Port, "127.0.0.1"),
@@ -281,4 +251,42 @@ func addrRejectedTLS(t *testing.T, addr string, port int, cfg *tls.Config) {
 	}
 	defer c.Close()
 	dbTLSNoBytes(t, c, cfg)
+}
+
+// tenantYAML is the tenant of both TenantGateway end-to-end tests: TenantGateway acme
+// (apex example.test, certificates as given, the passthrough service vault on 443 and the
+// PostgreSQL listener pg on pgListenerPort) with its HTTPRoute app and TLSRoutes vault and
+// orders.
+func tenantYAML(certificates string, pgListenerPort int) string {
+	return fixture.Docs(fmt.Sprintf(`apiVersion: snigate.dev/v1alpha1
+kind: TenantGateway
+metadata: {name: acme, namespace: acme}
+spec:
+  apex: example.test
+  certificates: %s
+  tlsPassthroughServices: [vault]
+  tlsPassthroughListeners:
+  - {name: pg, port: %d, hostname: "*.pg.example.test"}
+`, certificates, pgListenerPort), `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: acme}
+spec:
+  parentRefs: [{name: acme}]
+  hostnames: [app.example.test]
+  rules: [{backendRefs: [{name: app, port: 8080}]}]
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: vault, namespace: acme}
+spec:
+  parentRefs: [{name: acme, sectionName: tls-vault}]
+  hostnames: [vault.example.test]
+  rules: [{backendRefs: [{name: vault, port: 8200}]}]
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: orders, namespace: acme}
+spec:
+  parentRefs: [{name: acme, sectionName: tls-pg}]
+  hostnames: [orders.pg.example.test]
+  rules: [{backendRefs: [{name: orders, port: 5432}]}]
+`)
 }
