@@ -29,10 +29,7 @@ const ioTimeout = 10 * time.Second // every read or write of a test connection
 // the port. cert nil means plain TCP.
 func startEcho(t *testing.T, name string, cert *testutil.Cert) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	s := &echo.Server{Name: name}
 	if cert != nil {
 		s.TLS = &tls.Config{Certificates: []tls.Certificate{cert.TLS}, MinVersion: tls.VersionTLS12}

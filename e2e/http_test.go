@@ -22,10 +22,7 @@ import (
 // startHTTPEcho runs an in-process `snigate echo --http` backend and returns its port.
 func startHTTPEcho(t *testing.T, name string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	srv := &http.Server{Handler: echo.HTTPHandler(name)}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })

@@ -75,11 +75,7 @@ func TestReloadInvalidKeepsServing(t *testing.T) {
 	// One file, overwritten with each kind of invalid content: every state of the folder
 	// after the first write is invalid, so the generation must not move at all.
 	const bad = "bad.yaml"
-	busy, err := net.Listen("tcp", "127.0.0.1:0") // a port snigate cannot bind
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
+	busy := testutil.Listen(t) // a port snigate cannot bind
 	busyPort := busy.Addr().(*net.TCPAddr).Port
 
 	for _, tc := range []struct {

@@ -26,6 +26,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -126,6 +127,18 @@ func FreePorts(t testing.TB, n int) []int {
 		t.Fatalf("free ports: %v", err)
 	}
 	return ports
+}
+
+// Listen binds a loopback listener on a port FreePort will not hand out (fixture.Listen),
+// closed when the test ends. Tests start their own backends with it.
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
+	l, err := fixture.Listen()
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 // errPortInUse marks a start attempt that lost its port to another process.
