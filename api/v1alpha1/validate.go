@@ -54,7 +54,8 @@ func (t *TenantGateway) Validate() field.ErrorList {
 		ip := lp.Index(i)
 		errs = append(errs, pattern(ip.Child("name"), l.Name, 59, labelRE)...)
 		if names[l.Name] {
-			errs = append(errs, field.Duplicate(ip.Child("name"), l.Name))
+			// At the entry, like the API server's list-map key check.
+			errs = append(errs, field.Duplicate(ip, map[string]string{"name": l.Name}))
 		}
 		names[l.Name] = true
 		switch {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,14 +22,15 @@ import (
 
 const repoRoot = "../.."
 
-// validationCases are TenantGateway specs with whether the CRD accepts them. Each runs
-// through the real API server (schema and CEL) and through Validate.
+// validationCases are TenantGateway specs and the field an error must name ("" when the CRD
+// accepts the spec). Each runs through the real API server (schema and CEL) and through
+// Validate: both must refuse it, each with a message naming the field.
 var validationCases = []struct {
 	name  string
 	spec  string
-	valid bool
+	field string
 }{
-	{"minimal", `apex: acme.example.com`, true},
+	{"minimal", `apex: acme.example.com`, ""},
 	{"everything", `
 apex: acme.example.com
 gatewayClassName: snigate
@@ -38,81 +40,81 @@ tlsPassthroughListeners:
 - {name: pg, port: 5432, hostname: "*.pg.acme.example.com"}
 - {name: redis, port: 6379, hostname: redis.acme.example.com}
 - {name: apex, port: 9000, hostname: acme.example.com}
-attachedNamespaces: [monitoring]`, true},
-	{"apex missing", `gatewayClassName: snigate`, false},
-	{"apex upper case", `apex: Acme.example.com`, false},
-	{"apex wildcard", `apex: "*.example.com"`, false},
+attachedNamespaces: [monitoring]`, ""},
+	{"apex missing", `gatewayClassName: snigate`, "spec.apex"},
+	{"apex upper case", `apex: Acme.example.com`, "spec.apex"},
+	{"apex wildcard", `apex: "*.example.com"`, "spec.apex"},
 	{"listener name not a label", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: Pg, port: 5432, hostname: pg.a.example.com}]`, false},
+tlsPassthroughListeners: [{name: Pg, port: 5432, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].name"},
 	{"listener names duplicate", `
 apex: a.example.com
 tlsPassthroughListeners:
 - {name: pg, port: 5432, hostname: pg.a.example.com}
-- {name: pg, port: 5433, hostname: pg2.a.example.com}`, false},
+- {name: pg, port: 5433, hostname: pg2.a.example.com}`, "spec.tlsPassthroughListeners[1]"},
 	{"listener name equals a service", `
 apex: a.example.com
 tlsPassthroughServices: [pg]
-tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pg.a.example.com}]`, false},
+tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners"},
 	{"port 0", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 0, hostname: pg.a.example.com}]`, false},
+tlsPassthroughListeners: [{name: pg, port: 0, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port"},
 	{"port 65536", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 65536, hostname: pg.a.example.com}]`, false},
+tlsPassthroughListeners: [{name: pg, port: 65536, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port"},
 	{"port 443", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 443, hostname: pg.a.example.com}]`, false},
+tlsPassthroughListeners: [{name: pg, port: 443, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port"},
 	{"port 80", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 80, hostname: pg.a.example.com}]`, false},
+tlsPassthroughListeners: [{name: pg, port: 80, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port"},
 	{"ports duplicate", `
 apex: a.example.com
 tlsPassthroughListeners:
 - {name: pg, port: 5432, hostname: pg.a.example.com}
-- {name: pg2, port: 5432, hostname: pg2.a.example.com}`, false},
+- {name: pg2, port: 5432, hostname: pg2.a.example.com}`, "spec.tlsPassthroughListeners"},
 	{"hostname outside the apex", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pg.b.example.com}]`, false},
+tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pg.b.example.com}]`, "spec.tlsPassthroughListeners"},
 	{"hostname a suffix but not under the apex", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pga.example.com}]`, false},
+tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pga.example.com}]`, "spec.tlsPassthroughListeners"},
 	{"hostname wildcard in the middle", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 5432, hostname: "pg.*.a.example.com"}]`, false},
+tlsPassthroughListeners: [{name: pg, port: 5432, hostname: "pg.*.a.example.com"}]`, "spec.tlsPassthroughListeners[0].hostname"},
 	{"service not a label", `
 apex: a.example.com
-tlsPassthroughServices: [vault.x]`, false},
+tlsPassthroughServices: [vault.x]`, "spec.tlsPassthroughServices[0]"},
 	{"services duplicate", `
 apex: a.example.com
-tlsPassthroughServices: [vault, vault]`, false},
+tlsPassthroughServices: [vault, vault]`, "spec.tlsPassthroughServices[1]"},
 	{"attached namespace not a label", `
 apex: a.example.com
-attachedNamespaces: [Monitoring]`, false},
+attachedNamespaces: [Monitoring]`, "spec.attachedNamespaces[0]"},
 	{"existingSecret without secret", `
 apex: a.example.com
-certificates: {mode: existingSecret}`, false},
+certificates: {mode: existingSecret}`, "spec.certificates.wildcardSecretRef"},
 	{"existingSecret", `
 apex: a.example.com
-certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}`, true},
+certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}`, ""},
 	{"dns01 without solver or issuer", `
 apex: a.example.com
-certificates: {mode: dns01}`, false},
+certificates: {mode: dns01}`, "spec.certificates.dns01"},
 	{"dns01 with an issuer", `
 apex: a.example.com
-certificates: {mode: dns01, issuerRef: {name: letsencrypt, kind: ClusterIssuer}}`, true},
+certificates: {mode: dns01, issuerRef: {name: letsencrypt, kind: ClusterIssuer}}`, ""},
 	{"acme and issuerRef", `
 apex: a.example.com
-certificates: {acme: {server: "https://acme.example/dir"}, issuerRef: {name: x}}`, false},
+certificates: {acme: {server: "https://acme.example/dir"}, issuerRef: {name: x}}`, "spec.certificates.acme"},
 	{"acme server not https", `
 apex: a.example.com
-certificates: {acme: {server: "http://acme.example/dir"}}`, false},
+certificates: {acme: {server: "http://acme.example/dir"}}`, "spec.certificates.acme.server"},
 	{"acme", `
 apex: a.example.com
-certificates: {acme: {server: "https://acme.example/dir", email: ops@example.com}}`, true},
+certificates: {acme: {server: "https://acme.example/dir", email: ops@example.com}}`, ""},
 	{"unknown mode", `
 apex: a.example.com
-certificates: {mode: selfSigned}`, false},
+certificates: {mode: selfSigned}`, "spec.certificates.mode"},
 }
 
 func tenantGatewayYAML(name, spec string) string {
@@ -153,8 +155,12 @@ func goValid(t *testing.T, doc string) (bool, string) {
 func TestValidate(t *testing.T) {
 	for _, c := range validationCases {
 		t.Run(c.name, func(t *testing.T) {
-			if ok, msg := goValid(t, tenantGatewayYAML("x", c.spec)); ok != c.valid {
-				t.Errorf("Validate: valid=%v (%s), want %v", ok, msg, c.valid)
+			ok, msg := goValid(t, tenantGatewayYAML("x", c.spec))
+			if ok != (c.field == "") {
+				t.Errorf("Validate: valid=%v (%s), want an error naming %q", ok, msg, c.field)
+			}
+			if !ok && !strings.Contains(msg, c.field+":") {
+				t.Errorf("Validate: %s\nwant it to name %s", msg, c.field)
 			}
 		})
 	}
@@ -177,8 +183,11 @@ func TestValidationAgreesWithCRD(t *testing.T) {
 			}
 			apiErr := cl.Create(context.Background(), &u, client.DryRunAll)
 			goOK, goMsg := goValid(t, doc)
-			if (apiErr == nil) != c.valid {
-				t.Errorf("API server: error %v, want valid=%v", apiErr, c.valid)
+			if (apiErr == nil) != (c.field == "") {
+				t.Errorf("API server: error %v, want an error naming %q", apiErr, c.field)
+			}
+			if apiErr != nil && !strings.Contains(apiErr.Error(), c.field+":") {
+				t.Errorf("API server: %v\nwant it to name %s", apiErr, c.field)
 			}
 			if goOK != (apiErr == nil) {
 				t.Errorf("Go and the CRD disagree: API server error %v; Validate valid=%v (%s)", apiErr, goOK, goMsg)

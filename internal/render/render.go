@@ -33,9 +33,10 @@
 //
 // Bad input never breaks what runs: a TenantGateway whose spec is invalid, whose entries
 // overlap, whose listeners exceed a Gateway's 64, whose wildcard Secret is missing or not a
-// kubernetes.io/tls Secret, or whose Gateway name is taken by an object it does not own,
-// renders nothing new: Options.Previous's objects for it are rendered again (the previous
-// Gateway keeps serving) and the status says why.
+// kubernetes.io/tls Secret, or one of whose object names (Gateway, redirect, Issuer,
+// Certificate) is taken by an object it does not own, renders nothing new:
+// Options.Previous's objects for it are rendered again (the previous Gateway keeps serving)
+// and the status says why.
 package render
 
 import (
@@ -89,6 +90,11 @@ type Options struct {
 	// Previous is the last result; its objects for a TenantGateway are rendered again when
 	// the TenantGateway's new input cannot be (see the package doc).
 	Previous *Result
+	// Issuers and Certificates are the cert-manager objects that exist (a cluster's): one
+	// at a name the TenantGateway would render and does not own is never overwritten, the
+	// TenantGateway says NameInUse instead, as for its Gateway and redirect.
+	Issuers      []*cmv1.Issuer
+	Certificates []*cmv1.Certificate
 }
 
 // Result is what Render made.
@@ -282,12 +288,16 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 		keepPrevious(v1alpha1.ConditionReady, reason, msg)
 		return
 	}
+	b.redirect()
+	b.certificates()
+	if msg := r.certificateNameInUse(t, b); msg != "" {
+		keepPrevious(v1alpha1.ConditionReady, v1alpha1.ReasonNameInUse, msg)
+		return
+	}
 	if secret != nil {
 		st.secret = secret
 		r.out.Secrets = append(r.out.Secrets, secret)
 	}
-	b.redirect()
-	b.certificates()
 	cond(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "the spec is valid")
 	cond(v1alpha1.ConditionReady, false, v1alpha1.ReasonPending, "waiting for the Gateway to be programmed")
 	st.gw, st.Rendered = b.gw, true
@@ -362,6 +372,27 @@ func (r *renderer) nameInUse(t *v1alpha1.TenantGateway) string {
 	for _, h := range r.in.HTTPRoutes {
 		if h.Namespace == t.Namespace && h.Name == redirectName(t) && !ownedBy(h, t) {
 			return fmt.Sprintf("HTTPRoute %s/%s exists and is not this TenantGateway's: rename one of them", h.Namespace, h.Name)
+		}
+	}
+	return ""
+}
+
+// certificateNameInUse names an existing Issuer or Certificate at a name b rendered that t
+// does not own, or "". Their names depend on the routes (one Certificate per HTTPS hostname),
+// so this runs after the build, not with nameInUse.
+func (r *renderer) certificateNameInUse(t *v1alpha1.TenantGateway, b *build) string {
+	for _, want := range b.issuers {
+		for _, i := range r.opts.Issuers {
+			if i.Namespace == want.Namespace && i.Name == want.Name && !ownedBy(i, t) {
+				return fmt.Sprintf("Issuer %s/%s exists and is not this TenantGateway's: rename it, or name it in spec.certificates.issuerRef", i.Namespace, i.Name)
+			}
+		}
+	}
+	for _, want := range b.certs {
+		for _, c := range r.opts.Certificates {
+			if c.Namespace == want.Namespace && c.Name == want.Name && !ownedBy(c, t) {
+				return fmt.Sprintf("Certificate %s/%s exists and is not this TenantGateway's: rename one of them", c.Namespace, c.Name)
+			}
 		}
 	}
 	return ""

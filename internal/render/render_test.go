@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/source/file"
@@ -141,5 +143,66 @@ func TestNoCertManagerReason(t *testing.T) {
 		if !found {
 			t.Fatal("no HTTPS listener rendered")
 		}
+	}
+}
+
+// A cert-manager object at a name the TenantGateway renders, which it does not own, is never
+// taken over: Ready says NameInUse naming it and the previous objects stay. One it owns (by
+// its UID) is its own to update.
+func TestCertManagerNameInUse(t *testing.T) {
+	res := load(t, "testdata/cluster-http01.in.yaml")
+	opts := Options{Now: now, CertManager: true}
+	first, _ := run(res, opts)
+	if r := readyReason(t, first, "acme"); r == v1alpha1.ReasonNameInUse || len(first.Certificates) == 0 || len(first.Issuers) != 1 {
+		t.Fatalf("the free names: Ready %s, %d Certificates, %d Issuers", r, len(first.Certificates), len(first.Issuers))
+	}
+	tgwUID := first.Gateways[0].OwnerReferences[0].UID
+
+	for _, c := range []struct {
+		name     string
+		issuer   *cmv1.Issuer
+		cert     *cmv1.Certificate
+		wantText string // "" when the name is the TenantGateway's own
+	}{
+		{name: "a foreign Certificate", cert: &cmv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: first.Certificates[1].Name}},
+			wantText: "Certificate acme/" + first.Certificates[1].Name},
+		{name: "a foreign Issuer", issuer: &cmv1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme-acme"}},
+			wantText: "Issuer acme/acme-acme"},
+		{name: "a Certificate of another TenantGateway of that name", cert: &cmv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: first.Certificates[0].Name,
+			OwnerReferences: []metav1.OwnerReference{{Kind: "TenantGateway", Name: "acme", UID: "another", Controller: ptr(true)}}}},
+			wantText: "Certificate acme/" + first.Certificates[0].Name},
+		{name: "its own Certificate", cert: &cmv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: first.Certificates[0].Name,
+			OwnerReferences: []metav1.OwnerReference{{Kind: "TenantGateway", Name: "acme", UID: tgwUID, Controller: ptr(true)}}}}},
+		{name: "a foreign Certificate in another namespace", cert: &cmv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: first.Certificates[0].Name}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := opts
+			o.Previous = first
+			if c.issuer != nil {
+				o.Issuers = []*cmv1.Issuer{c.issuer}
+			}
+			if c.cert != nil {
+				o.Certificates = []*cmv1.Certificate{c.cert}
+			}
+			out, _ := run(res, o)
+			var ready *metav1.Condition
+			for _, tn := range out.Tenants {
+				if tn.Name == "acme" {
+					ready = meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionReady)
+				}
+			}
+			if c.wantText == "" {
+				if ready.Reason == v1alpha1.ReasonNameInUse {
+					t.Errorf("Ready %+v, want no NameInUse", ready)
+				}
+				return
+			}
+			if ready.Reason != v1alpha1.ReasonNameInUse || !strings.Contains(ready.Message, c.wantText) {
+				t.Errorf("Ready %+v, want NameInUse naming %s", ready, c.wantText)
+			}
+			if len(out.Gateways) != 1 || out.Gateways[0] != first.Gateways[0] || len(out.Certificates) != len(first.Certificates) {
+				t.Errorf("the previous objects did not stay: %d Gateways, %d Certificates", len(out.Gateways), len(out.Certificates))
+			}
+		})
 	}
 }

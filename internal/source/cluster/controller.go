@@ -50,6 +50,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -304,13 +305,24 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 		if certManager {
-			// What the TenantGateways own of cert-manager's is watched too: a Certificate
-			// deleted or edited by hand is put back at once.
-			owned := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			// cert-manager's objects are watched too: an owned Certificate deleted or
+			// edited by hand is put back at once, and a foreign one created or deleted at
+			// a rendered name turns NameInUse on or off. Updates of objects the
+			// TenantGateways do not own (cert-manager's own status writes) are not.
+			labelled := func(o client.Object) bool {
 				_, ok := o.GetLabels()[render.LabelTenantGateway]
 				return ok
-			}), predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))
-			b = b.Watches(&cmv1.Certificate{}, all, owned).Watches(&cmv1.Issuer{}, all, owned)
+			}
+			changed := predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})
+			certManagerEvents := builder.WithPredicates(predicate.Funcs{
+				CreateFunc: func(event.CreateEvent) bool { return true },
+				DeleteFunc: func(event.DeleteEvent) bool { return true },
+				UpdateFunc: func(e event.UpdateEvent) bool {
+					return (labelled(e.ObjectOld) || labelled(e.ObjectNew)) && changed.Update(e)
+				},
+				GenericFunc: func(event.GenericEvent) bool { return false },
+			})
+			b = b.Watches(&cmv1.Certificate{}, all, certManagerEvents).Watches(&cmv1.Issuer{}, all, certManagerEvents)
 		}
 	}
 	for _, k := range c.kinds {

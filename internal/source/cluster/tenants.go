@@ -89,6 +89,23 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	opts := render.Options{CertManager: a.certManager, Previous: a.previous}
 	if !a.certManager {
 		opts.NoCertManagerReason = v1alpha1.ReasonCertManagerNotInstalled
+	} else {
+		// What exists of cert-manager's, so that render never takes over a name it does
+		// not own (the cache: the applier watches both kinds).
+		var issuers cmv1.IssuerList
+		var certs cmv1.CertificateList
+		if err := a.cl.List(ctx, &issuers); err != nil {
+			return fmt.Errorf("listing Issuers: %w", err)
+		}
+		if err := a.cl.List(ctx, &certs); err != nil {
+			return fmt.Errorf("listing Certificates: %w", err)
+		}
+		for i := range issuers.Items {
+			opts.Issuers = append(opts.Issuers, &issuers.Items[i])
+		}
+		for i := range certs.Items {
+			opts.Certificates = append(opts.Certificates, &certs.Items[i])
+		}
 	}
 	out := render.Render(in.res, opts)
 	render.Complete(out, in.status, nil)
