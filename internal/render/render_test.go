@@ -1,11 +1,14 @@
 package render
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/snigate/snigate/api/v1alpha1"
@@ -61,6 +64,51 @@ func TestPreviousKeepsServing(t *testing.T) {
 	}
 	if len(tr.Errors) > 0 {
 		t.Errorf("translate rejected the kept Gateway: %v", tr.Errors)
+	}
+
+	// Each other kind of bad input keeps the previous Gateway too, and says why.
+	tenant := func(change func(*v1alpha1.TenantGateway)) []*v1alpha1.TenantGateway {
+		tg := good.TenantGateways[0].DeepCopy()
+		change(tg)
+		return []*v1alpha1.TenantGateway{tg}
+	}
+	for _, c := range []struct {
+		name   string
+		change func(res *resources.Resources)
+		reason string
+	}{
+		{"a wildcard Secret of the wrong type", func(res *resources.Resources) {
+			s := good.Secrets[0].DeepCopy()
+			s.Type = corev1.SecretTypeOpaque
+			res.Secrets = []*corev1.Secret{s}
+		}, v1alpha1.ReasonInvalidSecret},
+		{"overlapping entries", func(res *resources.Resources) {
+			res.TenantGateways = tenant(func(tg *v1alpha1.TenantGateway) {
+				tg.Spec.TLSPassthroughListeners = append(tg.Spec.TLSPassthroughListeners,
+					v1alpha1.PassthroughListener{Name: "orders", Port: 5433, Hostname: "orders.pg.example.com"})
+			})
+		}, v1alpha1.ReasonHostnameOverlap},
+		{"an invalid spec", func(res *resources.Resources) {
+			res.TenantGateways = tenant(func(tg *v1alpha1.TenantGateway) { tg.Spec.TLSPassthroughListeners[0].Port = 443 })
+		}, v1alpha1.ReasonInvalid},
+		{"a redirect name in use", func(res *resources.Resources) {
+			res.HTTPRoutes = append(slices.Clone(res.HTTPRoutes), &gwv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme-http-redirect"}})
+		}, v1alpha1.ReasonNameInUse},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := *good
+			c.change(&bad)
+			kept, tr := run(&bad, Options{Now: now, Previous: first})
+			if len(kept.Gateways) != 1 || kept.Gateways[0] != first.Gateways[0] {
+				t.Fatalf("Gateways %v, want the previous one", kept.Gateways)
+			}
+			if r := readyReason(t, kept, "acme"); r != c.reason {
+				t.Errorf("Ready reason %s, want %s", r, c.reason)
+			}
+			if len(tr.Errors) > 0 {
+				t.Errorf("translate rejected the kept Gateway: %v", tr.Errors)
+			}
+		})
 	}
 
 	// Too many listeners: an http01 TenantGateway whose routes ask for 64 HTTPS hostnames.
