@@ -87,7 +87,29 @@ type TenantGatewaySpec struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	AttachedNamespaces []string `json:"attachedNamespaces,omitempty"`
+
+	// DatabaseHostnames says which hostnames a DatabaseExposure gets: subdomain
+	// (<release>.<engine>.<apex>, listener hostname *.<engine>.<apex>), flat
+	// (<release>.<apex>) or both (default; with flat or both the engine listener's hostname
+	// is *.<apex>). snigate's listeners are isolated per port, so *.<apex> on an engine's
+	// port never takes traffic of the 443 listeners, nor they its.
+	//
+	// +optional
+	// +kubebuilder:default=both
+	DatabaseHostnames DatabaseHostnames `json:"databaseHostnames,omitempty"`
 }
+
+// DatabaseHostnames is subdomain, flat or both.
+//
+// +kubebuilder:validation:Enum=subdomain;flat;both
+type DatabaseHostnames string
+
+// The DatabaseHostnames values.
+const (
+	DatabaseHostnamesSubdomain DatabaseHostnames = "subdomain"
+	DatabaseHostnamesFlat      DatabaseHostnames = "flat"
+	DatabaseHostnamesBoth      DatabaseHostnames = "both"
+)
 
 // CertificateMode names where HTTPS certificates come from.
 //

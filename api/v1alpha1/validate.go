@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -17,6 +18,7 @@ import (
 var (
 	labelRE     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	subdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	dns1035RE   = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 	hostnameRE  = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 )
 
@@ -27,6 +29,9 @@ func (t *TenantGateway) Default() {
 	}
 	if t.Spec.Certificates.Mode == "" {
 		t.Spec.Certificates.Mode = CertificatesHTTP01
+	}
+	if t.Spec.DatabaseHostnames == "" {
+		t.Spec.DatabaseHostnames = DatabaseHostnamesBoth
 	}
 }
 
@@ -40,6 +45,11 @@ func (t *TenantGateway) Validate() field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("gatewayClassName"), s.GatewayClassName, "must be 1-253 characters"))
 	}
 	errs = append(errs, s.Certificates.validate(p.Child("certificates"))...)
+	switch s.DatabaseHostnames {
+	case DatabaseHostnamesSubdomain, DatabaseHostnamesFlat, DatabaseHostnamesBoth:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("databaseHostnames"), s.DatabaseHostnames, []string{"subdomain", "flat", "both"}))
+	}
 
 	errs = append(errs, set(p.Child("tlsPassthroughServices"), s.TLSPassthroughServices, 59)...)
 	errs = append(errs, set(p.Child("attachedNamespaces"), s.AttachedNamespaces, 63)...)
@@ -144,6 +154,101 @@ func set(p *field.Path, vs []string, max int) field.ErrorList {
 			errs = append(errs, field.Duplicate(p.Index(i), v))
 		}
 		seen[v] = true
+	}
+	return errs
+}
+
+// Engines lists every DatabaseExposure engine, as the CRD's enum does.
+var Engines = []Engine{EnginePostgres, EngineRedis, EngineValkey, EngineMongoDB, EngineNATS, EngineKafka,
+	EngineClickHouse, EngineRabbitMQ, EngineOpenSearch, EngineMariaDB, EngineMySQL, EngineCustom}
+
+// Default applies the CRD's defaults, as the API server does on create.
+func (d *DatabaseExposure) Default() {
+	if d.Spec.TLS.Enabled == nil {
+		enabled := true
+		d.Spec.TLS.Enabled = &enabled
+	}
+}
+
+// Validate checks a defaulted DatabaseExposure against the CRD's rules.
+func (d *DatabaseExposure) Validate() field.ErrorList {
+	var errs field.ErrorList
+	s := &d.Spec
+	p := field.NewPath("spec")
+	if !slices.Contains(Engines, s.Engine) {
+		names := make([]string, len(Engines))
+		for i, e := range Engines {
+			names[i] = string(e)
+		}
+		errs = append(errs, field.NotSupported(p.Child("engine"), s.Engine, names))
+	}
+	if s.Release != "" {
+		errs = append(errs, pattern(p.Child("release"), s.Release, 63, dns1035RE)...)
+	}
+	errs = append(errs, pattern(p.Child("backendRef", "name"), s.BackendRef.Name, 63, dns1035RE)...)
+	if s.BackendRef.Port < 1 || s.BackendRef.Port > 65535 {
+		errs = append(errs, field.Invalid(p.Child("backendRef", "port"), s.BackendRef.Port, "must be 1-65535"))
+	}
+	if s.TLS.Enabled != nil && !*s.TLS.Enabled {
+		errs = append(errs, field.Invalid(p.Child("tls", "enabled"), false, "an external database must speak TLS: tls.enabled cannot be false (snigate routes databases by the SNI of their TLS ClientHello and never carries plaintext to them)"))
+	}
+	if s.Port != nil {
+		switch port := *s.Port; {
+		case port < 1 || port > 65535:
+			errs = append(errs, field.Invalid(p.Child("port"), port, "must be 1-65535"))
+		case port == 80 || port == 443:
+			errs = append(errs, field.Invalid(p.Child("port"), port, "ports 80 and 443 are the gateway's http and https ports"))
+		}
+	} else if s.Engine == EngineCustom {
+		errs = append(errs, field.Required(p.Child("port"), "engine custom has no native port: set port"))
+	}
+	if r := s.TrustAnchorRef; r != nil && (len(r.Name) == 0 || len(r.Name) > 253) {
+		errs = append(errs, field.Invalid(p.Child("trustAnchorRef", "name"), r.Name, "must be 1-253 characters"))
+	}
+	if r := s.TenantGatewayRef; r != nil {
+		if len(r.Name) == 0 || len(r.Name) > 253 {
+			errs = append(errs, field.Invalid(p.Child("tenantGatewayRef", "name"), r.Name, "must be 1-253 characters"))
+		}
+		if len(r.Namespace) > 63 {
+			errs = append(errs, field.TooLong(p.Child("tenantGatewayRef", "namespace"), r.Namespace, 63))
+		}
+	}
+	return errs
+}
+
+// Default applies the CRD's defaults, as the API server does on create.
+func (a *TrustAnchor) Default() {
+	if a.Spec.SourceSecretRef.Key == "" {
+		a.Spec.SourceSecretRef.Key = "ca.crt"
+	}
+}
+
+// Validate checks a defaulted TrustAnchor against the CRD's rules.
+func (a *TrustAnchor) Validate() field.ErrorList {
+	var errs field.ErrorList
+	s := &a.Spec
+	p := field.NewPath("spec")
+	if s.Release != "" {
+		errs = append(errs, pattern(p.Child("release"), s.Release, 63, dns1035RE)...)
+	}
+	if s.SourceSecretRef.Name == "" {
+		errs = append(errs, field.Required(p.Child("sourceSecretRef"), "the Secret holding the CA certificates"))
+	} else if n := len(s.SourceSecretRef.Name); n > 253 {
+		errs = append(errs, field.Invalid(p.Child("sourceSecretRef", "name"), s.SourceSecretRef.Name, "must be 1-253 characters"))
+	}
+	if n := len(s.SourceSecretRef.Key); n == 0 || n > 253 {
+		errs = append(errs, field.Invalid(p.Child("sourceSecretRef", "key"), s.SourceSecretRef.Key, "must be 1-253 characters"))
+	}
+	if len(s.Readers) > 32 {
+		errs = append(errs, field.TooMany(p.Child("readers"), len(s.Readers), 32))
+	}
+	for i, r := range s.Readers {
+		if r.Kind == "" {
+			errs = append(errs, field.Required(p.Child("readers").Index(i).Child("kind"), ""))
+		}
+		if r.Name == "" {
+			errs = append(errs, field.Required(p.Child("readers").Index(i).Child("name"), ""))
+		}
 	}
 	return errs
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -25,12 +26,17 @@ const repoRoot = "../.."
 // validationCases are TenantGateway specs and the field an error must name ("" when the CRD
 // accepts the spec). Each runs through the real API server (schema and CEL) and through
 // Validate: both must refuse it, each with a message naming the field.
-var validationCases = []struct {
+type validationCase struct {
 	name  string
 	spec  string
 	field string
-}{
-	{"minimal", `apex: acme.example.com`, ""},
+	kind  string // "" is TenantGateway
+}
+
+var validationCases = append(tenantGatewayCases, append(databaseExposureCases, trustAnchorCases...)...)
+
+var tenantGatewayCases = []validationCase{
+	{"minimal", `apex: acme.example.com`, "", ""},
 	{"everything", `
 apex: acme.example.com
 gatewayClassName: snigate
@@ -40,86 +46,157 @@ tlsPassthroughListeners:
 - {name: pg, port: 5432, hostname: "*.pg.acme.example.com"}
 - {name: redis, port: 6379, hostname: redis.acme.example.com}
 - {name: apex, port: 9000, hostname: acme.example.com}
-attachedNamespaces: [monitoring]`, ""},
-	{"apex missing", `gatewayClassName: snigate`, "spec.apex"},
-	{"apex upper case", `apex: Acme.example.com`, "spec.apex"},
-	{"apex wildcard", `apex: "*.example.com"`, "spec.apex"},
+attachedNamespaces: [monitoring]`, "", ""},
+	{"apex missing", `gatewayClassName: snigate`, "spec.apex", ""},
+	{"apex upper case", `apex: Acme.example.com`, "spec.apex", ""},
+	{"apex wildcard", `apex: "*.example.com"`, "spec.apex", ""},
 	{"listener name not a label", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: Pg, port: 5432, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].name"},
+tlsPassthroughListeners: [{name: Pg, port: 5432, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].name", ""},
 	{"listener names duplicate", `
 apex: a.example.com
 tlsPassthroughListeners:
 - {name: pg, port: 5432, hostname: pg.a.example.com}
-- {name: pg, port: 5433, hostname: pg2.a.example.com}`, "spec.tlsPassthroughListeners[1]"},
+- {name: pg, port: 5433, hostname: pg2.a.example.com}`, "spec.tlsPassthroughListeners[1]", ""},
 	{"listener name equals a service", `
 apex: a.example.com
 tlsPassthroughServices: [pg]
-tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners"},
+tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners", ""},
 	{"port 0", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 0, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port"},
+tlsPassthroughListeners: [{name: pg, port: 0, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port", ""},
 	{"port 65536", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 65536, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port"},
+tlsPassthroughListeners: [{name: pg, port: 65536, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port", ""},
 	{"port 443", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 443, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port"},
+tlsPassthroughListeners: [{name: pg, port: 443, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port", ""},
 	{"port 80", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 80, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port"},
+tlsPassthroughListeners: [{name: pg, port: 80, hostname: pg.a.example.com}]`, "spec.tlsPassthroughListeners[0].port", ""},
 	{"ports duplicate", `
 apex: a.example.com
 tlsPassthroughListeners:
 - {name: pg, port: 5432, hostname: pg.a.example.com}
-- {name: pg2, port: 5432, hostname: pg2.a.example.com}`, "spec.tlsPassthroughListeners"},
+- {name: pg2, port: 5432, hostname: pg2.a.example.com}`, "spec.tlsPassthroughListeners", ""},
 	{"hostname outside the apex", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pg.b.example.com}]`, "spec.tlsPassthroughListeners"},
+tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pg.b.example.com}]`, "spec.tlsPassthroughListeners", ""},
 	{"hostname a suffix but not under the apex", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pga.example.com}]`, "spec.tlsPassthroughListeners"},
+tlsPassthroughListeners: [{name: pg, port: 5432, hostname: pga.example.com}]`, "spec.tlsPassthroughListeners", ""},
 	{"hostname wildcard in the middle", `
 apex: a.example.com
-tlsPassthroughListeners: [{name: pg, port: 5432, hostname: "pg.*.a.example.com"}]`, "spec.tlsPassthroughListeners[0].hostname"},
+tlsPassthroughListeners: [{name: pg, port: 5432, hostname: "pg.*.a.example.com"}]`, "spec.tlsPassthroughListeners[0].hostname", ""},
 	{"service not a label", `
 apex: a.example.com
-tlsPassthroughServices: [vault.x]`, "spec.tlsPassthroughServices[0]"},
+tlsPassthroughServices: [vault.x]`, "spec.tlsPassthroughServices[0]", ""},
 	{"services duplicate", `
 apex: a.example.com
-tlsPassthroughServices: [vault, vault]`, "spec.tlsPassthroughServices[1]"},
+tlsPassthroughServices: [vault, vault]`, "spec.tlsPassthroughServices[1]", ""},
 	{"attached namespace not a label", `
 apex: a.example.com
-attachedNamespaces: [Monitoring]`, "spec.attachedNamespaces[0]"},
+attachedNamespaces: [Monitoring]`, "spec.attachedNamespaces[0]", ""},
 	{"existingSecret without secret", `
 apex: a.example.com
-certificates: {mode: existingSecret}`, "spec.certificates.wildcardSecretRef"},
+certificates: {mode: existingSecret}`, "spec.certificates.wildcardSecretRef", ""},
 	{"existingSecret", `
 apex: a.example.com
-certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}`, ""},
+certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}`, "", ""},
 	{"dns01 without solver or issuer", `
 apex: a.example.com
-certificates: {mode: dns01}`, "spec.certificates.dns01"},
+certificates: {mode: dns01}`, "spec.certificates.dns01", ""},
 	{"dns01 with an issuer", `
 apex: a.example.com
-certificates: {mode: dns01, issuerRef: {name: letsencrypt, kind: ClusterIssuer}}`, ""},
+certificates: {mode: dns01, issuerRef: {name: letsencrypt, kind: ClusterIssuer}}`, "", ""},
 	{"acme and issuerRef", `
 apex: a.example.com
-certificates: {acme: {server: "https://acme.example/dir"}, issuerRef: {name: x}}`, "spec.certificates.acme"},
+certificates: {acme: {server: "https://acme.example/dir"}, issuerRef: {name: x}}`, "spec.certificates.acme", ""},
 	{"acme server not https", `
 apex: a.example.com
-certificates: {acme: {server: "http://acme.example/dir"}}`, "spec.certificates.acme.server"},
+certificates: {acme: {server: "http://acme.example/dir"}}`, "spec.certificates.acme.server", ""},
 	{"acme", `
 apex: a.example.com
-certificates: {acme: {server: "https://acme.example/dir", email: ops@example.com}}`, ""},
+certificates: {acme: {server: "https://acme.example/dir", email: ops@example.com}}`, "", ""},
 	{"unknown mode", `
 apex: a.example.com
-certificates: {mode: selfSigned}`, "spec.certificates.mode"},
+certificates: {mode: selfSigned}`, "spec.certificates.mode", ""},
 }
 
-func tenantGatewayYAML(name, spec string) string {
-	return fmt.Sprintf("apiVersion: snigate.dev/v1alpha1\nkind: TenantGateway\nmetadata: {name: %s, namespace: default}\nspec:\n%s\n",
-		name, indent(spec))
+var databaseExposureCases = []validationCase{
+	{"dbx minimal", `
+engine: postgres
+backendRef: {name: orders, port: 5432}`, "", "DatabaseExposure"},
+	{"dbx everything", `
+engine: redis
+release: cache
+backendRef: {name: cache, port: 6379}
+tls: {enabled: true}
+port: 6380
+trustAnchorRef: {name: ca}
+tenantGatewayRef: {name: acme, namespace: acme}`, "", "DatabaseExposure"},
+	{"dbx tls disabled", `
+engine: postgres
+backendRef: {name: orders, port: 5432}
+tls: {enabled: false}`, "spec.tls.enabled", "DatabaseExposure"},
+	{"dbx unknown engine", `
+engine: oracle
+backendRef: {name: orders, port: 1521}`, "spec.engine", "DatabaseExposure"},
+	{"dbx engine missing", `
+backendRef: {name: orders, port: 5432}`, "spec.engine", "DatabaseExposure"},
+	{"dbx custom without port", `
+engine: custom
+backendRef: {name: x, port: 7000}`, "spec.port", "DatabaseExposure"},
+	{"dbx custom with port", `
+engine: custom
+port: 7000
+backendRef: {name: x, port: 7000}`, "", "DatabaseExposure"},
+	{"dbx release with a dot", `
+engine: postgres
+release: orders.eu
+backendRef: {name: orders, port: 5432}`, "spec.release", "DatabaseExposure"},
+	{"dbx release starting with a digit", `
+engine: postgres
+release: 1orders
+backendRef: {name: orders, port: 5432}`, "spec.release", "DatabaseExposure"},
+	{"dbx port 443", `
+engine: postgres
+port: 443
+backendRef: {name: orders, port: 5432}`, "spec.port", "DatabaseExposure"},
+	{"dbx backend port 0", `
+engine: postgres
+backendRef: {name: orders, port: 0}`, "spec.backendRef.port", "DatabaseExposure"},
+	{"dbx backend name upper case", `
+engine: postgres
+backendRef: {name: Orders, port: 5432}`, "spec.backendRef.name", "DatabaseExposure"},
+}
+
+var trustAnchorCases = []validationCase{
+	{"ta minimal", `sourceSecretRef: {name: db-ca}`, "", "TrustAnchor"},
+	{"ta everything", `
+release: orders
+sourceSecretRef: {name: db-ca, key: tls.crt}
+readers: [{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}, {kind: ServiceAccount, name: app, namespace: acme}]`, "", "TrustAnchor"},
+	{"ta source missing", `release: orders`, "spec.sourceSecretRef", "TrustAnchor"},
+	{"ta release with a dot", `
+release: a.b
+sourceSecretRef: {name: db-ca}`, "spec.release", "TrustAnchor"},
+	{"ta reader without name", `
+sourceSecretRef: {name: db-ca}
+readers: [{kind: User}]`, "spec.readers[0].name", "TrustAnchor"},
+}
+
+func (c validationCase) yaml(name string) string {
+	kind := c.kind
+	if kind == "" {
+		kind = "TenantGateway"
+	}
+	return objectYAML(kind, name, c.spec)
+}
+
+func objectYAML(kind, name, spec string) string {
+	return fmt.Sprintf("apiVersion: snigate.dev/v1alpha1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec:\n%s\n",
+		kind, name, indent(spec))
 }
 
 func indent(s string) string {
@@ -139,12 +216,29 @@ func goValid(t *testing.T, doc string) (bool, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tg v1alpha1.TenantGateway
-	if strict, err := kjson.UnmarshalStrict(js, &tg); err != nil || len(strict) > 0 {
+	var meta struct{ Kind string }
+	if err := yaml.Unmarshal(js, &meta); err != nil {
+		t.Fatal(err)
+	}
+	var obj interface {
+		Default()
+		Validate() field.ErrorList
+	}
+	switch meta.Kind {
+	case "TenantGateway":
+		obj = &v1alpha1.TenantGateway{}
+	case "DatabaseExposure":
+		obj = &v1alpha1.DatabaseExposure{}
+	case "TrustAnchor":
+		obj = &v1alpha1.TrustAnchor{}
+	default:
+		t.Fatalf("kind %q", meta.Kind)
+	}
+	if strict, err := kjson.UnmarshalStrict(js, obj); err != nil || len(strict) > 0 {
 		return false, fmt.Sprint(err, strict)
 	}
-	tg.Default()
-	errs := tg.Validate()
+	obj.Default()
+	errs := obj.Validate()
 	if len(errs) > 0 {
 		return false, errs.ToAggregate().Error()
 	}
@@ -155,7 +249,7 @@ func goValid(t *testing.T, doc string) (bool, string) {
 func TestValidate(t *testing.T) {
 	for _, c := range validationCases {
 		t.Run(c.name, func(t *testing.T) {
-			ok, msg := goValid(t, tenantGatewayYAML("x", c.spec))
+			ok, msg := goValid(t, c.yaml("x"))
 			if ok != (c.field == "") {
 				t.Errorf("Validate: valid=%v (%s), want an error naming %q", ok, msg, c.field)
 			}
@@ -169,14 +263,15 @@ func TestValidate(t *testing.T) {
 // The CRD's schema and CEL rules on the real API server say the same as Validate for every
 // case.
 func TestValidationAgreesWithCRD(t *testing.T) {
-	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: []string{filepath.Join(repoRoot, "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml")}})
+	crds, _ := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "snigate", "*.yaml"))
+	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: crds})
 	cl, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range validationCases {
 		t.Run(c.name, func(t *testing.T) {
-			doc := tenantGatewayYAML(fmt.Sprintf("case-%d", i), c.spec)
+			doc := c.yaml(fmt.Sprintf("case-%d", i))
 			var u unstructured.Unstructured
 			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
 				t.Fatal(err)
