@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/render"
@@ -56,6 +57,14 @@ func check(args []string, out io.Writer) (int, error) {
 			}
 		}
 	}
+	for _, x := range rendered.Exposures {
+		for _, c := range x.Status.Conditions {
+			// The certificate probe needs a connection to the backend: serve runs it.
+			if c.Status != metav1.ConditionTrue && c.Type != v1alpha1.ConditionCertificateVerified {
+				list = append(list, fmt.Sprintf("DatabaseExposure %s/%s: %s=%s (%s): %s", x.Namespace, x.Name, c.Type, c.Status, c.Reason, c.Message))
+			}
+		}
+	}
 	if len(list) > 0 {
 		fmt.Fprintf(out, "\n%d problem(s):\n", len(list))
 		for _, p := range list {
@@ -91,6 +100,32 @@ func writeTenants(out io.Writer, in *resources.Resources, r *render.Result) erro
 				fmt.Fprintf(w, "  certificate: Secret %s", l.Certificate)
 			}
 			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, x := range r.Exposures {
+		var engine v1alpha1.Engine
+		for _, d := range in.DatabaseExposures {
+			if d.Namespace == x.Namespace && d.Name == x.Name {
+				engine = d.Spec.Engine
+			}
+		}
+		fmt.Fprintf(w, "DatabaseExposure %s/%s  engine: %s", x.Namespace, x.Name, engine)
+		if x.Status.Listener != "" {
+			fmt.Fprintf(w, "  listener %s :%d  hostnames: %s", x.Status.Listener, x.Status.Port, strings.Join(x.Status.Hostnames, ", "))
+		}
+		fmt.Fprintln(w)
+		// The certificate probe connects to the backend; check does not (serve shows it in
+		// /status).
+		var conds []metav1.Condition
+		for _, c := range x.Status.Conditions {
+			if c.Type != v1alpha1.ConditionCertificateVerified {
+				conds = append(conds, c)
+			}
+		}
+		writeConditions(w, "  ", conds)
+		if x.Status.Connect != "" {
+			fmt.Fprintf(w, "  connect: %s\n", x.Status.Connect)
 		}
 		fmt.Fprintln(w)
 	}

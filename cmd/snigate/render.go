@@ -18,10 +18,11 @@ import (
 
 const renderUsage = `Usage: snigate render -f PATH [flags]
 
-Prints the Gateway API and cert-manager objects that the TenantGateways in PATH render to, as
-YAML documents, in a fixed order (Gateways, HTTPRoutes, Issuers, Certificates; each by
-namespace and name): for review, and for GitOps. A TenantGateway that renders nothing is named
-on stderr with the reason, and the exit code is 1.
+Prints the Gateway API and cert-manager objects that the TenantGateways and
+DatabaseExposures in PATH render to, as YAML documents, in a fixed order (Gateways,
+HTTPRoutes, TLSRoutes, TCPRoutes, Issuers, Certificates; each by namespace and name): for
+review, and for GitOps. A TenantGateway that renders nothing, or a DatabaseExposure that
+publishes nothing, is named on stderr with the reason, and the exit code is 1.
 
 Flags:
 `
@@ -51,6 +52,8 @@ func renderCmd(args []string, out, errOut io.Writer) (int, error) {
 	var docs []any
 	docs = appendSorted(docs, r.Gateways)
 	docs = appendSorted(docs, r.HTTPRoutes)
+	docs = appendSorted(docs, r.TLSRoutes)
+	docs = appendSorted(docs, r.TCPRoutes)
 	docs = appendSorted(docs, r.Issuers)
 	docs = appendSorted(docs, r.Certificates)
 	for i, d := range docs {
@@ -70,6 +73,12 @@ func renderCmd(args []string, out, errOut io.Writer) (int, error) {
 			code = 1
 		} else if c := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue && c.Reason != v1alpha1.ReasonPending {
 			fmt.Fprintf(errOut, "TenantGateway %s/%s: %s: %s\n", t.Namespace, t.Name, c.Reason, c.Message)
+			code = 1
+		}
+	}
+	for _, x := range r.Exposures {
+		if c := meta.FindStatusCondition(x.Status.Conditions, v1alpha1.ConditionAccepted); c != nil && c.Status != metav1.ConditionTrue {
+			fmt.Fprintf(errOut, "DatabaseExposure %s/%s: not published: %s: %s\n", x.Namespace, x.Name, c.Reason, c.Message)
 			code = 1
 		}
 	}

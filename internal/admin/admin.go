@@ -31,6 +31,9 @@ type State struct {
 	Table  any `json:"table,omitempty"`
 	// Tenants is the status of every TenantGateway rendered in memory (standalone mode).
 	Tenants any `json:"tenants,omitempty"`
+	// DatabaseExposures is the status of every DatabaseExposure rendered in memory
+	// (standalone mode), certificate probes included.
+	DatabaseExposures any `json:"databaseExposures,omitempty"`
 }
 
 // Server is the admin HTTP server.

@@ -45,6 +45,7 @@ import (
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/translate"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Config configures a Runner.
@@ -190,7 +191,7 @@ func (r *Runner) run(res *resources.Resources) error {
 		// A TenantGateway the CRD would refuse is invalid input, like any other: in a
 		// cluster the API server refuses it; from files the reload is rejected, naming the
 		// file, the object and the field.
-		if err := validateTenants(res); err != nil {
+		if err := validateRenderInputs(res); err != nil {
 			return &InputError{Err: err}
 		}
 		ro := r.cfg.RenderOptions
@@ -232,6 +233,9 @@ func (r *Runner) run(res *resources.Resources) error {
 	if rendered != nil && len(rendered.Tenants) > 0 {
 		r.state.Tenants = rendered.Tenants
 	}
+	if rendered != nil && len(rendered.Exposures) > 0 {
+		r.state.DatabaseExposures = rendered.Exposures
+	}
 	r.snap, r.table = snap, nil
 	r.stateMu.Unlock()
 	r.log.Info("configuration applied", "generation", r.generation, "ports", len(snap.Ports),
@@ -264,19 +268,36 @@ func bindError(origins map[string]string, be *proxy.BindError) error {
 	return fmt.Errorf("%s: spec.listeners[name=%s].port: cannot bind %s: %w", where, parts[2], be.Address, be.Err)
 }
 
-// validateTenants runs the CRD's rules on every TenantGateway.
-func validateTenants(res *resources.Resources) error {
+// validateRenderInputs runs the CRDs' rules on every TenantGateway, DatabaseExposure and
+// TrustAnchor, as the API server would.
+func validateRenderInputs(res *resources.Resources) error {
 	var errs []error
+	check := func(kind string, o interface {
+		GetNamespace() string
+		GetName() string
+	}, fieldErrs field.ErrorList) {
+		where := kind + " " + o.GetNamespace() + "/" + o.GetName()
+		if origin := res.Origin(kind, o.GetNamespace(), o.GetName()); origin != "" {
+			where = resources.DescribeOrigin(origin) + " (" + where + ")"
+		}
+		for _, e := range fieldErrs {
+			errs = append(errs, fmt.Errorf("%s: %s", where, e.Error()))
+		}
+	}
 	for _, t := range res.TenantGateways {
 		d := t.DeepCopy()
 		d.Default()
-		where := "TenantGateway " + t.Namespace + "/" + t.Name
-		if o := res.Origin("TenantGateway", t.Namespace, t.Name); o != "" {
-			where = resources.DescribeOrigin(o) + " (" + where + ")"
-		}
-		for _, e := range d.Validate() {
-			errs = append(errs, fmt.Errorf("%s: %s", where, e.Error()))
-		}
+		check("TenantGateway", t, d.Validate())
+	}
+	for _, x := range res.DatabaseExposures {
+		d := x.DeepCopy()
+		d.Default()
+		check("DatabaseExposure", x, d.Validate())
+	}
+	for _, a := range res.TrustAnchors {
+		d := a.DeepCopy()
+		d.Default()
+		check("TrustAnchor", a, d.Validate())
 	}
 	return errors.Join(errs...)
 }

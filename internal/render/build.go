@@ -31,6 +31,10 @@ type build struct {
 	certs   []*cmv1.Certificate
 	// https lists the HTTPS listeners with the hostname each serves.
 	https []httpsListener
+	// The DatabaseExposures' routes and statuses.
+	tlsRoutes      []*gwv1.TLSRoute
+	tcpRoutes      []*gwv1.TCPRoute
+	exposureStatus []Exposure
 }
 
 type httpsListener struct {
@@ -371,6 +375,7 @@ func Complete(out *Result, st *translate.Status, now func() metav1.Time) {
 	if now == nil {
 		now = metav1.Now
 	}
+	completeExposures(out, st, now)
 	for i := range out.Tenants {
 		tn := &out.Tenants[i]
 		if tn.gw == nil || st == nil || meta.IsStatusConditionFalse(tn.Status.Conditions, v1alpha1.ConditionAccepted) {

@@ -36,9 +36,12 @@ func goldenOptions(in string) Options {
 type golden struct {
 	Gateways     []*gwv1.Gateway           `json:"gateways,omitempty"`
 	HTTPRoutes   []*gwv1.HTTPRoute         `json:"httpRoutes,omitempty"`
+	TLSRoutes    []*gwv1.TLSRoute          `json:"tlsRoutes,omitempty"`
+	TCPRoutes    []*gwv1.TCPRoute          `json:"tcpRoutes,omitempty"`
 	Issuers      []*cmv1.Issuer            `json:"issuers,omitempty"`
 	Certificates []*cmv1.Certificate       `json:"certificates,omitempty"`
 	Tenants      []Tenant                  `json:"tenants,omitempty"`
+	Exposures    []Exposure                `json:"databaseExposures,omitempty"`
 	Errors       []string                  `json:"translateErrors,omitempty"`
 	Gateway      []translate.GatewayStatus `json:"gatewayStatus,omitempty"`
 	// Routes is each route's Accepted condition per parent: which routes the tenant tree let in.
@@ -55,8 +58,8 @@ func run(res *resources.Resources, opts Options) (*Result, *translate.Result) {
 
 func renderGolden(t *testing.T, out *Result, tr *translate.Result) string {
 	t.Helper()
-	g := golden{Gateways: out.Gateways, HTTPRoutes: out.HTTPRoutes, Issuers: out.Issuers,
-		Certificates: out.Certificates, Tenants: out.Tenants}
+	g := golden{Gateways: out.Gateways, HTTPRoutes: out.HTTPRoutes, TLSRoutes: out.TLSRoutes, TCPRoutes: out.TCPRoutes,
+		Issuers: out.Issuers, Certificates: out.Certificates, Tenants: out.Tenants, Exposures: out.Exposures}
 	for _, e := range tr.Errors {
 		g.Errors = append(g.Errors, e.Error())
 	}
@@ -85,6 +88,9 @@ func renderGolden(t *testing.T, out *Result, tr *translate.Result) string {
 		}
 		for _, r := range tr.Status.TLSRoutes {
 			add("TLSRoute", r.Namespace, r.Name, r.Status.Parents)
+		}
+		for _, r := range tr.Status.TCPRoutes {
+			add("TCPRoute", r.Namespace, r.Name, r.Status.Parents)
 		}
 	}
 	b, err := yaml.Marshal(g)

@@ -95,12 +95,18 @@ type Options struct {
 	// TenantGateway says NameInUse instead, as for its Gateway and redirect.
 	Issuers      []*cmv1.Issuer
 	Certificates []*cmv1.Certificate
+	// Probes are the latest certificate probes of the DatabaseExposures, by namespace and
+	// name: their verdicts become CertificateVerified.
+	Probes map[[2]string]Probe
 }
 
 // Result is what Render made.
 type Result struct {
-	Gateways     []*gwv1.Gateway
-	HTTPRoutes   []*gwv1.HTTPRoute
+	Gateways   []*gwv1.Gateway
+	HTTPRoutes []*gwv1.HTTPRoute
+	// TLSRoutes and TCPRoutes are the DatabaseExposures' routes.
+	TLSRoutes    []*gwv1.TLSRoute
+	TCPRoutes    []*gwv1.TCPRoute
 	Issuers      []*cmv1.Issuer
 	Certificates []*cmv1.Certificate
 	// Secrets are the wildcard Secrets the existingSecret Gateways serve: the current one,
@@ -109,6 +115,8 @@ type Result struct {
 	Secrets []*corev1.Secret
 	// Tenants holds the status of every TenantGateway, in namespace/name order.
 	Tenants []Tenant
+	// Exposures holds the status of every DatabaseExposure, in namespace/name order.
+	Exposures []Exposure
 }
 
 // Tenant is one TenantGateway's status, and the Gateway rendered for it (nil when none).
@@ -132,6 +140,8 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 	out := *res
 	out.Gateways = append(slices.Clip(res.Gateways), r.Gateways...)
 	out.HTTPRoutes = append(slices.Clip(res.HTTPRoutes), r.HTTPRoutes...)
+	out.TLSRoutes = append(slices.Clip(res.TLSRoutes), r.TLSRoutes...)
+	out.TCPRoutes = append(slices.Clip(res.TCPRoutes), r.TCPRoutes...)
 	if len(r.Secrets) > 0 {
 		kept := map[[2]string]*corev1.Secret{}
 		for _, s := range r.Secrets {
@@ -153,7 +163,7 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 			}
 		}
 	}
-	if len(r.Gateways)+len(r.HTTPRoutes) > 0 {
+	if len(r.Gateways)+len(r.HTTPRoutes)+len(r.TLSRoutes)+len(r.TCPRoutes) > 0 {
 		out.Origins = make(map[string]string, len(res.Origins)+len(r.Gateways)+len(r.HTTPRoutes))
 		for k, v := range res.Origins {
 			out.Origins[k] = v
@@ -163,6 +173,12 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 		}
 		for _, h := range r.HTTPRoutes {
 			out.Origins[resources.OriginKey("HTTPRoute", h.Namespace, h.Name)] = res.Origin("TenantGateway", h.Namespace, h.Labels[LabelTenantGateway])
+		}
+		for _, tr := range r.TLSRoutes {
+			out.Origins[resources.OriginKey("TLSRoute", tr.Namespace, tr.Name)] = res.Origin("DatabaseExposure", tr.Namespace, tr.Labels[LabelDatabaseExposure])
+		}
+		for _, tr := range r.TCPRoutes {
+			out.Origins[resources.OriginKey("TCPRoute", tr.Namespace, tr.Name)] = res.Origin("DatabaseExposure", tr.Namespace, tr.Labels[LabelDatabaseExposure])
 		}
 	}
 	return &out
@@ -196,7 +212,10 @@ func Render(in *resources.Resources, opts Options) *Result {
 			continue
 		}
 		winner[t.Namespace] = t
-		r.tenant(t)
+	}
+	r.assignExposures(winner)
+	for _, ns := range sortedKeys(winner) {
+		r.tenant(winner[ns])
 	}
 	slices.SortFunc(r.out.Tenants, func(a, b Tenant) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
@@ -204,11 +223,19 @@ func Render(in *resources.Resources, opts Options) *Result {
 	for i := range r.out.Tenants {
 		sortConditions(r.out.Tenants[i].Status.Conditions)
 	}
+	slices.SortFunc(r.out.Exposures, func(a, b Exposure) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	for i := range r.out.Exposures {
+		sortConditions(r.out.Exposures[i].Status.Conditions)
+	}
 	if p := opts.Previous; p != nil {
 		// An object rendered the same as last time is the same pointer: the contract of
 		// package resources, on which translate's memo relies.
 		r.out.Gateways = reuse(r.out.Gateways, p.Gateways)
 		r.out.HTTPRoutes = reuse(r.out.HTTPRoutes, p.HTTPRoutes)
+		r.out.TLSRoutes = reuse(r.out.TLSRoutes, p.TLSRoutes)
+		r.out.TCPRoutes = reuse(r.out.TCPRoutes, p.TCPRoutes)
 		r.out.Issuers = reuse(r.out.Issuers, p.Issuers)
 		r.out.Certificates = reuse(r.out.Certificates, p.Certificates)
 		for i := range r.out.Tenants {
@@ -229,6 +256,9 @@ type renderer struct {
 	opts       Options
 	out        *Result
 	namespaces map[string]*corev1.Namespace
+	// exposures are the accepted-so-far DatabaseExposures of each TenantGateway
+	// (namespace, name), defaulted.
+	exposures map[[2]string][]exposureInput
 }
 
 // tenant renders one TenantGateway, or its previous objects when it cannot.
@@ -252,6 +282,7 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 			cond(v1alpha1.ConditionReady, false, reason, msg)
 		}
 		r.previous(t, st)
+		r.previousExposures(t, reason, msg)
 		r.out.Tenants = append(r.out.Tenants, *st)
 	}
 
@@ -270,6 +301,7 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	tree := r.tree(t)
 	b := &build{r: r, t: t, st: st, tree: tree}
 	b.listeners()
+	b.databases()
 	n := len(b.gw.Spec.Listeners)
 	st.Status.ListenerCount = int32(n)
 	if n >= NearLimit {
@@ -304,6 +336,9 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	st.Status.Listeners = b.listenerStatus()
 	r.out.Gateways = append(r.out.Gateways, b.gw)
 	r.out.HTTPRoutes = append(r.out.HTTPRoutes, b.routes...)
+	r.out.TLSRoutes = append(r.out.TLSRoutes, b.tlsRoutes...)
+	r.out.TCPRoutes = append(r.out.TCPRoutes, b.tcpRoutes...)
+	r.out.Exposures = append(r.out.Exposures, b.exposureStatus...)
 	r.out.Issuers = append(r.out.Issuers, b.issuers...)
 	r.out.Certificates = append(r.out.Certificates, b.certs...)
 	r.out.Tenants = append(r.out.Tenants, *st)
@@ -535,7 +570,8 @@ func setCondition(conds *[]metav1.Condition, prev []metav1.Condition, c metav1.C
 }
 
 // conditionOrder is the order conditions are listed in.
-var conditionOrder = map[string]int{v1alpha1.ConditionAccepted: 0, v1alpha1.ConditionReady: 1, v1alpha1.ConditionListenerBudget: 2}
+var conditionOrder = map[string]int{v1alpha1.ConditionAccepted: 0, v1alpha1.ConditionReady: 1, v1alpha1.ConditionListenerBudget: 2,
+	v1alpha1.ConditionProgrammed: 1, v1alpha1.ConditionCertificateVerified: 2}
 
 func sortConditions(c []metav1.Condition) {
 	slices.SortStableFunc(c, func(a, b metav1.Condition) int { return conditionOrder[a.Type] - conditionOrder[b.Type] })

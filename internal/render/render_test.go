@@ -1,6 +1,7 @@
 package render
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -252,5 +253,81 @@ func TestCertManagerNameInUse(t *testing.T) {
 				t.Errorf("the previous objects did not stay: %d Gateways, %d Certificates", len(out.Gateways), len(out.Certificates))
 			}
 		})
+	}
+}
+
+// The engine listener comes with the first exposure of its engine and goes with the last;
+// adding or removing another exposure changes only its own route: the Gateway and the other
+// routes are the very same objects (translate's memo, and server-side apply, see no change).
+func TestExposureLifecycle(t *testing.T) {
+	all := load(t, "testdata/databases.in.yaml")
+	with := func(names ...string) *resources.Resources {
+		res := *all
+		res.DatabaseExposures = nil
+		for _, d := range all.DatabaseExposures {
+			if slices.Contains(names, d.Name) {
+				res.DatabaseExposures = append(res.DatabaseExposures, d)
+			}
+		}
+		return &res
+	}
+	listeners := func(out *Result) string {
+		var names []string
+		for _, l := range out.Gateways[0].Spec.Listeners {
+			if l.Port != 80 && l.Port != 443 {
+				names = append(names, fmt.Sprintf("%s:%d", l.Name, l.Port))
+			}
+		}
+		return strings.Join(names, " ")
+	}
+	route := func(out *Result, name string) *gwv1.TLSRoute {
+		for _, r := range out.TLSRoutes {
+			if r.Name == name {
+				return r
+			}
+		}
+		return nil
+	}
+	none, _ := run(with(), Options{Now: now})
+	if got := listeners(none); got != "" {
+		t.Fatalf("no exposures: listeners %q", got)
+	}
+	one, _ := run(with("orders"), Options{Now: now, Previous: none})
+	if got := listeners(one); got != "tls-postgres:5432" || route(one, "orders") == nil {
+		t.Fatalf("orders: listeners %q, routes %d", got, len(one.TLSRoutes))
+	}
+	two, _ := run(with("orders", "billing"), Options{Now: now, Previous: one})
+	if two.Gateways[0] != one.Gateways[0] || route(two, "orders") != route(one, "orders") || route(two, "billing") == nil {
+		t.Error("adding billing changed the Gateway or orders' route")
+	}
+	back, _ := run(with("billing"), Options{Now: now, Previous: two})
+	if back.Gateways[0] != two.Gateways[0] || route(back, "billing") != route(two, "billing") || route(back, "orders") != nil {
+		t.Error("removing orders changed the Gateway or billing's route, or kept orders' route")
+	}
+	last, _ := run(with(), Options{Now: now, Previous: back})
+	if got := listeners(last); got != "" || len(last.TLSRoutes) != 0 {
+		t.Errorf("the last exposure gone: listeners %q, %d routes", got, len(last.TLSRoutes))
+	}
+
+	// A TenantGateway that renders nothing new keeps its exposures' routes, and says why
+	// for an exposure that had none.
+	bad := with("orders", "billing")
+	bad.Secrets = nil
+	kept, _ := run(bad, Options{Now: now, Previous: one})
+	if route(kept, "orders") != route(one, "orders") || route(kept, "billing") != nil {
+		t.Fatalf("kept routes: %v", kept.TLSRoutes)
+	}
+	for _, x := range kept.Exposures {
+		c := meta.FindStatusCondition(x.Status.Conditions, v1alpha1.ConditionAccepted)
+		switch x.Name {
+		case "orders":
+			if x.Rendered || c.Status != metav1.ConditionTrue {
+				t.Errorf("orders: rendered %v, Accepted %+v; want its previous status", x.Rendered, c)
+			}
+		case "billing":
+			if c.Reason != v1alpha1.ReasonTenantGatewayNotRendered || !strings.Contains(c.Message, "SecretNotFound") {
+				t.Errorf("billing: Accepted %+v", c)
+			}
+		}
 	}
 }

@@ -90,6 +90,10 @@ var Kinds = []Kind{
 		func() ObjectList { return &discoveryv1.EndpointSliceList{} }, func(r *Resources) *[]*discoveryv1.EndpointSlice { return &r.EndpointSlices }),
 	renderInput(optional(kind("TenantGateway", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
 		func() ObjectList { return &v1alpha1.TenantGatewayList{} }, func(r *Resources) *[]*v1alpha1.TenantGateway { return &r.TenantGateways }))),
+	renderInput(optional(kind("DatabaseExposure", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
+		func() ObjectList { return &v1alpha1.DatabaseExposureList{} }, func(r *Resources) *[]*v1alpha1.DatabaseExposure { return &r.DatabaseExposures }))),
+	renderInput(optional(kind("TrustAnchor", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
+		func() ObjectList { return &v1alpha1.TrustAnchorList{} }, func(r *Resources) *[]*v1alpha1.TrustAnchor { return &r.TrustAnchors }))),
 }
 
 func optional(k Kind) Kind { k.Optional = true; return k }

@@ -45,6 +45,10 @@ type Resources struct {
 	Namespaces      []*corev1.Namespace
 	// TenantGateways are rendered into Gateway API objects by package render.
 	TenantGateways []*v1alpha1.TenantGateway
+	// DatabaseExposures are rendered into TLSRoutes (and TCPRoutes) on their TenantGateway.
+	DatabaseExposures []*v1alpha1.DatabaseExposure
+	// TrustAnchors are rendered into key-free CA Secrets a tenant may read.
+	TrustAnchors []*v1alpha1.TrustAnchor
 
 	// Origins maps "Kind/namespace/name" to where the object came from ("dir/file.yaml#2"),
 	// so errors can name the file. Empty for objects read from an API server.

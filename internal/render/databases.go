@@ -1,0 +1,525 @@
+package render
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/engine"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+// LabelDatabaseExposure marks the routes rendered for a DatabaseExposure with its name.
+const LabelDatabaseExposure = "snigate.dev/database-exposure"
+
+// Exposure is one DatabaseExposure's status, and what was rendered for it.
+type Exposure struct {
+	Namespace string                          `json:"namespace"`
+	Name      string                          `json:"name"`
+	Status    v1alpha1.DatabaseExposureStatus `json:"status"`
+	// Rendered is true when this call rendered the exposure anew (its route, or no route
+	// because it is refused); false when its TenantGateway kept its previous objects, and
+	// so the exposure's previous route stays.
+	Rendered bool `json:"-"`
+	// Target is what the certificate probe connects to, nil when nothing is published.
+	Target *ProbeTarget `json:"-"`
+
+	gateway [2]string          // the TenantGateway's Gateway (namespace, name), for Complete
+	route   string             // "TLSRoute" or "TCPRoute" (the route has the exposure's name)
+	stored  []metav1.Condition // the conditions the input object carried
+}
+
+// ProbeTarget is how the certificate probe reaches an exposure's backend: the Service the
+// exposure names, the engine (how its clients start TLS) and the external hostnames the
+// certificate must name (the first is the SNI).
+type ProbeTarget struct {
+	Engine      v1alpha1.Engine
+	Service     string // the backend Service's name, in the exposure's namespace
+	ServicePort int32
+	Hostnames   []string
+	// TrustAnchor names the TrustAnchor the chain must lead to ("" without one).
+	TrustAnchor string
+}
+
+// Probe is a certificate probe's verdict on one exposure (package probe makes it; the
+// runner hands the latest ones in Options.Probes).
+type Probe struct {
+	Reason      string
+	Message     string
+	Certificate *v1alpha1.ServerCertificate
+}
+
+// exposureInput is one defaulted DatabaseExposure and what the first pass decided of it.
+type exposureInput struct {
+	d       *v1alpha1.DatabaseExposure // defaulted copy
+	src     *v1alpha1.DatabaseExposure
+	release string
+}
+
+// assignExposures decides, for each DatabaseExposure, which TenantGateway publishes it (its
+// tenantGatewayRef, or the one whose tree its namespace is in: the TenantGateway's own
+// namespace, a child labelled snigate.dev/gateway, an attached namespace), and refuses
+// the ones that are invalid or have none. A namespace outside a TenantGateway's tree never
+// publishes through it, whatever its ref says.
+func (r *renderer) assignExposures(tgws map[string]*v1alpha1.TenantGateway) {
+	r.exposures = map[[2]string][]exposureInput{}
+	inTreeOf := func(ns string, t *v1alpha1.TenantGateway) bool {
+		if ns == t.Namespace || slices.Contains(t.Spec.AttachedNamespaces, ns) {
+			return true
+		}
+		n := r.namespaces[ns]
+		return n != nil && n.Labels[LabelGateway] == t.Namespace
+	}
+	for _, src := range r.in.DatabaseExposures {
+		d := src.DeepCopy()
+		d.Default()
+		release := cmp.Or(d.Spec.Release, d.Name)
+		if errs := d.Validate(); len(errs) > 0 {
+			r.refuseExposure(src, v1alpha1.ReasonInvalid, errs.ToAggregate().Error())
+			continue
+		}
+		if d.Spec.Release == "" {
+			if errs := validation.IsDNS1035Label(release); len(errs) > 0 {
+				r.refuseExposure(src, v1alpha1.ReasonInvalid, fmt.Sprintf("spec.release: the default, metadata.name %q, is not a DNS-1035 label (%s): set spec.release", release, strings.Join(errs, "; ")))
+				continue
+			}
+		}
+		var target *v1alpha1.TenantGateway
+		if ref := d.Spec.TenantGatewayRef; ref != nil {
+			for _, t := range tgws {
+				if t.Name == ref.Name && (ref.Namespace == "" || ref.Namespace == t.Namespace) && inTreeOf(d.Namespace, t) {
+					target = t
+				}
+			}
+			if target == nil {
+				r.refuseExposure(src, v1alpha1.ReasonNoTenantGateway, fmt.Sprintf("spec.tenantGatewayRef: no TenantGateway %s whose tree holds namespace %s", ref.Name, d.Namespace))
+				continue
+			}
+		} else {
+			for _, ns := range sortedKeys(tgws) {
+				if t := tgws[ns]; inTreeOf(d.Namespace, t) {
+					target = t
+					break
+				}
+			}
+			if target == nil {
+				r.refuseExposure(src, v1alpha1.ReasonNoTenantGateway, fmt.Sprintf("namespace %s is in no TenantGateway's tree: create a TenantGateway there, label the namespace %s=<its namespace>, or attach it", d.Namespace, LabelGateway))
+				continue
+			}
+		}
+		k := [2]string{target.Namespace, target.Name}
+		r.exposures[k] = append(r.exposures[k], exposureInput{d: d, src: src, release: release})
+	}
+}
+
+// refuseExposure records the status of an exposure that publishes nothing.
+func (r *renderer) refuseExposure(d *v1alpha1.DatabaseExposure, reason, msg string) {
+	r.out.Exposures = append(r.out.Exposures, r.refused(d, reason, msg))
+}
+
+func (r *renderer) refused(d *v1alpha1.DatabaseExposure, reason, msg string) Exposure {
+	x := Exposure{Namespace: d.Namespace, Name: d.Name, Rendered: true, stored: d.Status.Conditions}
+	x.Status.ObservedGeneration = d.Generation
+	r.exposureCondition(&x, d, v1alpha1.ConditionAccepted, false, reason, msg)
+	r.exposureCondition(&x, d, v1alpha1.ConditionProgrammed, false, reason, "nothing is published: "+msg)
+	return x
+}
+
+// previousExposures renders again, for a TenantGateway that renders nothing new, what its
+// exposures had: their previous routes keep serving. An exposure that had none says why.
+func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg string) {
+	key := [2]string{t.Namespace, t.Name}
+	prev := map[[2]string]Exposure{}
+	if p := r.opts.Previous; p != nil {
+		for _, x := range p.Exposures {
+			if x.gateway == key {
+				prev[[2]string{x.Namespace, x.Name}] = x
+			}
+		}
+	}
+	for _, in := range r.exposures[key] {
+		k := [2]string{in.d.Namespace, in.d.Name}
+		x, ok := prev[k]
+		if !ok {
+			r.refuseExposure(in.src, v1alpha1.ReasonTenantGatewayNotRendered, fmt.Sprintf("TenantGateway %s/%s renders nothing new (%s: %s)", t.Namespace, t.Name, reason, msg))
+			continue
+		}
+		x.Rendered = false
+		r.out.Exposures = append(r.out.Exposures, x)
+		for _, tr := range r.opts.Previous.TLSRoutes {
+			if tr.Namespace == k[0] && tr.Name == k[1] {
+				r.out.TLSRoutes = append(r.out.TLSRoutes, tr)
+			}
+		}
+		for _, tr := range r.opts.Previous.TCPRoutes {
+			if tr.Namespace == k[0] && tr.Name == k[1] {
+				r.out.TCPRoutes = append(r.out.TCPRoutes, tr)
+			}
+		}
+	}
+}
+
+func (r *renderer) exposureCondition(x *Exposure, d *v1alpha1.DatabaseExposure, typ string, ok bool, reason, msg string) {
+	setCondition(&x.Status.Conditions, d.Status.Conditions, metav1.Condition{
+		Type: typ, Status: boolStatus(ok), Reason: reason, Message: msg, ObservedGeneration: d.Generation,
+	}, r.opts.Now)
+}
+
+// dbListener is a listener the exposures of one TenantGateway share (tls-<engine> on the
+// engine's port), or own (tcp-<release> of a server-speaks-first engine).
+type dbListener struct {
+	name       string
+	port       int32
+	protocol   gwv1.ProtocolType
+	engine     v1alpha1.Engine
+	hosts      []string // the exposures' hostnames
+	namespaces []string // the exposures' namespaces
+	reused     int      // index of a tlsPassthroughListeners entry named like the engine, or -1
+}
+
+// databases adds the DatabaseExposures' listeners to the Gateway and renders their routes.
+// Older exposures win: one claiming a hostname (on the same port) or a port another has
+// is refused, naming the winner. A listener exists while some exposure uses it: the first
+// exposure of an engine creates tls-<engine>, the last one's removal removes it, and adding
+// or removing any other exposure changes only its own route.
+func (b *build) databases() {
+	t := b.t
+	exps := slices.Clone(b.r.exposures[[2]string{t.Namespace, t.Name}])
+	slices.SortFunc(exps, func(a, c exposureInput) int {
+		return cmp.Or(a.d.CreationTimestamp.Compare(c.d.CreationTimestamp.Time),
+			strings.Compare(a.d.Namespace, c.d.Namespace), strings.Compare(a.d.Name, c.d.Name))
+	})
+	// Who holds each port already: the gateway's own and the spec's passthrough listeners.
+	portOwner := map[int32]string{80: "the http listener", 443: "the https listeners"}
+	spec := map[string]int{} // listener name -> index in the Gateway
+	for i, l := range b.gw.Spec.Listeners {
+		spec[string(l.Name)] = i
+		if l.Port != 80 && l.Port != 443 {
+			portOwner[int32(l.Port)] = "listener " + string(l.Name)
+		}
+	}
+	var listeners []*dbListener
+	byName := map[string]*dbListener{}
+	hostOwner := map[int32]map[string]string{} // port -> hostname -> exposure
+	type accepted struct {
+		in    exposureInput
+		e     engine.Engine
+		l     *dbListener
+		hosts []string
+	}
+	var ok []accepted
+	for _, in := range exps {
+		d := in.d
+		e, _ := engine.Lookup(d.Spec.Engine)
+		port := e.Port
+		if d.Spec.Port != nil {
+			port = *d.Spec.Port
+		}
+		apex := b.apexOf(d.Namespace)
+		who := "DatabaseExposure " + d.Namespace + "/" + d.Name
+		refuse := func(reason, msg string) {
+			b.exposureStatus = append(b.exposureStatus, b.r.refused(in.src, reason, msg))
+		}
+		if msg := b.r.routeNameInUse(d, e); msg != "" {
+			refuse(v1alpha1.ReasonNameInUse, msg)
+			continue
+		}
+		if !e.SNIRouted() {
+			if d.Spec.Port == nil {
+				refuse(v1alpha1.ReasonServerSpeaksFirst, fmt.Sprintf(
+					"a %s server speaks first and its clients upgrade to TLS inside the protocol, so no ClientHello (and no SNI) arrives to route by: set spec.port to give %s a TCP listener of its own on the tenant address (TLS stays end to end between client and server)",
+					d.Spec.Engine, in.release))
+				continue
+			}
+			name := "tcp-" + in.release
+			if owner, taken := portOwner[port]; taken {
+				refuse(v1alpha1.ReasonPortInUse, fmt.Sprintf("spec.port %d is %s's", port, owner))
+				continue
+			}
+			if l := byName[name]; l != nil {
+				refuse(v1alpha1.ReasonHostnameConflict, fmt.Sprintf("listener %s is %s's: set another spec.release", name, l.namespaces[0]))
+				continue
+			}
+			l := &dbListener{name: name, port: port, protocol: gwv1.TCPProtocolType, engine: d.Spec.Engine, reused: -1, namespaces: []string{d.Namespace}}
+			portOwner[port] = who
+			listeners = append(listeners, l)
+			byName[name] = l
+			ok = append(ok, accepted{in, e, l, []string{in.release + "." + string(d.Spec.Engine) + "." + apex}})
+			continue
+		}
+		var hosts []string
+		if t.Spec.DatabaseHostnames != v1alpha1.DatabaseHostnamesFlat {
+			hosts = append(hosts, in.release+"."+string(d.Spec.Engine)+"."+apex)
+		}
+		if t.Spec.DatabaseHostnames != v1alpha1.DatabaseHostnamesSubdomain {
+			hosts = append(hosts, in.release+"."+apex)
+		}
+		name := e.Listener()
+		if port != e.Port {
+			name = fmt.Sprintf("%s-%d", e.Listener(), port)
+		}
+		l := byName[name]
+		if l == nil {
+			if i, reuse := spec[name]; reuse && int32(b.gw.Spec.Listeners[i].Port) == port {
+				// A tlsPassthroughListeners entry named like the engine is the engine's
+				// listener: reused, never duplicated. Its hostname stays the spec's.
+				l = &dbListener{name: name, port: port, protocol: gwv1.TLSProtocolType, engine: d.Spec.Engine, reused: i}
+			} else if owner, taken := portOwner[port]; taken {
+				refuse(v1alpha1.ReasonPortInUse, fmt.Sprintf("port %d is %s's; a port carries one engine: set spec.port", port, owner))
+				continue
+			} else {
+				l = &dbListener{name: name, port: port, protocol: gwv1.TLSProtocolType, engine: d.Spec.Engine, reused: -1}
+				portOwner[port] = "engine " + string(d.Spec.Engine)
+				listeners = append(listeners, l)
+			}
+			byName[name] = l
+		}
+		if l.reused >= 0 {
+			lh := string(*b.gw.Spec.Listeners[l.reused].Hostname)
+			hosts = slices.DeleteFunc(hosts, func(h string) bool { return !hostsOverlap(lh, h) || strings.HasPrefix(h, "*") })
+			if len(hosts) == 0 {
+				refuse(v1alpha1.ReasonInvalid, fmt.Sprintf("listener %s (spec.tlsPassthroughListeners) has hostname %s, which covers none of this exposure's hostnames", name, lh))
+				continue
+			}
+		}
+		if hostOwner[port] == nil {
+			hostOwner[port] = map[string]string{}
+		}
+		if i := slices.IndexFunc(hosts, func(h string) bool { return hostOwner[port][h] != "" }); i >= 0 {
+			refuse(v1alpha1.ReasonHostnameConflict, fmt.Sprintf("hostname %s on port %d is %s's (the older exposure wins)", hosts[i], port, hostOwner[port][hosts[i]]))
+			continue
+		}
+		for _, h := range hosts {
+			hostOwner[port][h] = who
+		}
+		l.hosts = append(l.hosts, hosts...)
+		l.namespaces = append(l.namespaces, d.Namespace)
+		ok = append(ok, accepted{in, e, l, hosts})
+	}
+
+	// The listeners, in port order after the spec's, each allowing exactly the namespaces of
+	// its exposures (and a reused entry its own namespace too).
+	slices.SortFunc(listeners, func(a, c *dbListener) int {
+		return cmp.Or(cmp.Compare(a.port, c.port), strings.Compare(a.name, c.name))
+	})
+	for _, l := range byName {
+		if l.reused < 0 {
+			continue
+		}
+		gl := &b.gw.Spec.Listeners[l.reused]
+		if len(l.namespaces) > 0 {
+			gl.AllowedRoutes = fromNamespaces("TLSRoute", uniqueSorted(append(l.namespaces, t.Namespace)...))
+		}
+	}
+	for _, l := range listeners {
+		gl := gwv1.Listener{Name: gwv1.SectionName(l.name), Port: gwv1.PortNumber(l.port), Protocol: l.protocol,
+			AllowedRoutes: fromNamespaces(gwv1.Kind(map[gwv1.ProtocolType]string{gwv1.TLSProtocolType: "TLSRoute", gwv1.TCPProtocolType: "TCPRoute"}[l.protocol]), uniqueSorted(l.namespaces...))}
+		if l.protocol == gwv1.TLSProtocolType {
+			gl.TLS = &gwv1.ListenerTLSConfig{Mode: ptr(gwv1.TLSModePassthrough)}
+			gl.Hostname = ptr(gwv1.Hostname(b.engineHostname(l)))
+		}
+		b.gw.Spec.Listeners = append(b.gw.Spec.Listeners, gl)
+	}
+
+	for _, a := range ok {
+		b.exposure(a.in, a.e, a.l, a.hosts)
+	}
+}
+
+// engineHostname is a shared engine listener's hostname: *.<engine>.<apex> when every
+// exposure's hostname is under it (databaseHostnames subdomain, none in a child apex),
+// otherwise *.<apex>. Listeners are isolated per port, so *.<apex> on an engine's port
+// takes nothing from the 443 listeners.
+func (b *build) engineHostname(l *dbListener) string {
+	sub := "*." + string(l.engine) + "." + b.t.Spec.Apex
+	for _, h := range l.hosts {
+		if !hostsOverlap(sub, h) {
+			return "*." + b.t.Spec.Apex
+		}
+	}
+	return sub
+}
+
+// apexOf is the apex of namespace ns of the tree: a child's own (its snigate.dev/host
+// label), else the TenantGateway's. Routes in a namespace stay inside its apex, as the
+// route-hostnames admission policy demands.
+func (b *build) apexOf(ns string) string {
+	for _, c := range b.tree.children {
+		if c.namespace == ns {
+			return c.apex
+		}
+	}
+	return b.t.Spec.Apex
+}
+
+// exposure renders one accepted exposure's route and status.
+func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts []string) {
+	d := in.d
+	x := Exposure{Namespace: d.Namespace, Name: d.Name, Rendered: true, gateway: [2]string{b.t.Namespace, b.t.Name}, stored: in.src.Status.Conditions}
+	x.Status.ObservedGeneration = d.Generation
+	x.Status.Hostnames, x.Status.Listener, x.Status.Port = hosts, l.name, l.port
+	m := metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: map[string]string{
+		LabelDatabaseExposure: d.Name, LabelTenantGateway: b.t.Name,
+	}}
+	if d.UID != "" {
+		m.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "DatabaseExposure", Name: d.Name, UID: d.UID,
+			Controller: ptr(true), BlockOwnerDeletion: ptr(true),
+		}}
+	}
+	parent := gwv1.ParentReference{Name: gwv1.ObjectName(b.t.Name), Namespace: ptr(gwv1.Namespace(b.t.Namespace)), SectionName: ptr(gwv1.SectionName(l.name))}
+	backend := []gwv1.BackendRef{{BackendObjectReference: gwv1.BackendObjectReference{
+		Name: gwv1.ObjectName(d.Spec.BackendRef.Name), Port: ptr(gwv1.PortNumber(d.Spec.BackendRef.Port)),
+	}}}
+	if l.protocol == gwv1.TCPProtocolType {
+		x.route = "TCPRoute"
+		b.tcpRoutes = append(b.tcpRoutes, &gwv1.TCPRoute{
+			TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TCPRoute"},
+			ObjectMeta: m,
+			Spec: gwv1.TCPRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
+				Rules: []gwv1.TCPRouteRule{{BackendRefs: backend}}},
+		})
+	} else {
+		x.route = "TLSRoute"
+		hn := make([]gwv1.Hostname, len(hosts))
+		for i, h := range hosts {
+			hn[i] = gwv1.Hostname(h)
+		}
+		b.tlsRoutes = append(b.tlsRoutes, &gwv1.TLSRoute{
+			TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TLSRoute"},
+			ObjectMeta: m,
+			Spec: gwv1.TLSRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
+				Hostnames: hn, Rules: []gwv1.TLSRouteRule{{BackendRefs: backend}}},
+		})
+	}
+	ca := "ca.crt"
+	anchor := ""
+	if ref := d.Spec.TrustAnchorRef; ref != nil {
+		anchor = ref.Name
+		ca = b.r.anchorRelease(d.Namespace, ref.Name) + ".tenant-ca.crt"
+	}
+	x.Status.Connect = e.Connect(hosts[0], l.port, ca)
+	x.Target = &ProbeTarget{Engine: d.Spec.Engine, Service: d.Spec.BackendRef.Name, ServicePort: d.Spec.BackendRef.Port, Hostnames: hosts, TrustAnchor: anchor}
+	b.r.exposureCondition(&x, in.src, v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted,
+		fmt.Sprintf("published as %s on listener %s (port %d) of Gateway %s/%s", strings.Join(hosts, ", "), l.name, l.port, b.t.Namespace, b.t.Name))
+	b.r.exposureCondition(&x, in.src, v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, "waiting for the data plane")
+	b.r.probeCondition(&x, in.src)
+	b.exposureStatus = append(b.exposureStatus, x)
+}
+
+// probeCondition sets CertificateVerified from the latest probe of the exposure.
+func (r *renderer) probeCondition(x *Exposure, d *v1alpha1.DatabaseExposure) {
+	p, probed := r.opts.Probes[[2]string{x.Namespace, x.Name}]
+	if !probed {
+		r.exposureCondition(x, d, v1alpha1.ConditionCertificateVerified, false, v1alpha1.ReasonProbePending, "the backend's certificate has not been probed yet")
+		return
+	}
+	x.Status.ServerCertificate = p.Certificate
+	r.exposureCondition(x, d, v1alpha1.ConditionCertificateVerified, p.Reason == v1alpha1.ReasonVerified, p.Reason, p.Message)
+}
+
+// routeNameInUse names a route at the name the exposure's route would take (its own) that
+// the exposure does not own, or "".
+func (r *renderer) routeNameInUse(d *v1alpha1.DatabaseExposure, e engine.Engine) string {
+	mine := func(o metav1.Object) bool {
+		ref := metav1.GetControllerOf(o)
+		if ref != nil {
+			return ref.Kind == "DatabaseExposure" && ref.Name == d.Name && (d.UID == "" || ref.UID == d.UID)
+		}
+		return false
+	}
+	kind := "TLSRoute"
+	var objs []metav1.Object
+	if e.SNIRouted() {
+		for _, tr := range r.in.TLSRoutes {
+			objs = append(objs, tr)
+		}
+	} else {
+		kind = "TCPRoute"
+		for _, tr := range r.in.TCPRoutes {
+			objs = append(objs, tr)
+		}
+	}
+	for _, o := range objs {
+		if o.GetNamespace() == d.Namespace && o.GetName() == d.Name && !mine(o) {
+			return fmt.Sprintf("%s %s/%s exists and is not this DatabaseExposure's: rename one of them", kind, d.Namespace, d.Name)
+		}
+	}
+	return ""
+}
+
+// anchorRelease is the release (the published Secret's name stem) of TrustAnchor name.
+func (r *renderer) anchorRelease(ns, name string) string {
+	for _, a := range r.in.TrustAnchors {
+		if a.Namespace == ns && a.Name == name && a.Spec.Release != "" {
+			return a.Spec.Release
+		}
+	}
+	return name
+}
+
+// completeExposures fills in Programmed (the route accepted on its listener, the listener
+// programmed) and the addresses from translate's status.
+func completeExposures(out *Result, st *translate.Status, now func() metav1.Time) {
+	for i := range out.Exposures {
+		x := &out.Exposures[i]
+		if x.route == "" || st == nil || !x.Rendered {
+			continue
+		}
+		gs := st.Gateway(x.gateway[0], x.gateway[1])
+		if gs == nil {
+			continue
+		}
+		x.Status.Addresses = nil
+		for _, a := range gs.Addresses {
+			x.Status.Addresses = append(x.Status.Addresses, a.Value)
+		}
+		var parents []gwv1.RouteParentStatus
+		if x.route == "TLSRoute" {
+			if rs := st.TLSRoute(x.Namespace, x.Name); rs != nil {
+				parents = rs.Parents
+			}
+		} else if rs := st.TCPRoute(x.Namespace, x.Name); rs != nil {
+			parents = rs.Parents
+		}
+		c := metav1.Condition{Type: v1alpha1.ConditionProgrammed, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotProgrammed,
+			Message: "the route has no status from the Gateway", ObservedGeneration: x.Status.ObservedGeneration}
+		for _, p := range parents {
+			if a := meta.FindStatusCondition(p.Conditions, string(gwv1.RouteConditionAccepted)); a != nil {
+				if a.Status != metav1.ConditionTrue {
+					c.Message = "the route is not accepted: " + a.Reason + ": " + a.Message
+					continue
+				}
+				listenerOK := false
+				for _, ls := range gs.Listeners {
+					if string(ls.Name) == x.Status.Listener {
+						listenerOK = meta.IsStatusConditionTrue(ls.Conditions, string(gwv1.ListenerConditionProgrammed))
+					}
+				}
+				if !listenerOK {
+					c.Message = "listener " + x.Status.Listener + " is not programmed"
+					continue
+				}
+				c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonProgrammed
+				c.Message = fmt.Sprintf("serving %s on port %d", strings.Join(x.Status.Hostnames, ", "), x.Status.Port)
+			}
+		}
+		setCondition(&x.Status.Conditions, x.stored, c, now)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
