@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -111,6 +112,8 @@ func serve(args []string) error {
 	var paths pathsFlag
 	fs.Var(&paths, "f", "manifest file or folder (repeatable)")
 	rf := addRunFlags(fs)
+	bindPorts := bindPortsFlag{}
+	fs.Var(bindPorts, "bind-port", "LISTENER=HOST: listen on host port HOST for the Gateways' listener port LISTENER, e.g. 443=8443 to run unprivileged (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -126,7 +129,7 @@ func serve(args []string) error {
 	p := proxy.New(rf.proxyOptions(m, log))
 	r := standalone.New(standalone.Config{
 		Paths: paths, Proxy: p, Metrics: m, Logger: log,
-		Translate: translate.Options{DefaultBindAddress: *rf.bind},
+		Translate: translate.Options{DefaultBindAddress: *rf.bind, BindPorts: bindPorts},
 	})
 	restoreGC := relaxGC()
 	err = r.Load()
@@ -227,4 +230,32 @@ func runEcho(args []string) error {
 		return echo.RunHTTP(ctx, *listen, *name)
 	}
 	return echo.Run(ctx, *listen, *name, *cert, *key)
+}
+
+// bindPortsFlag is --bind-port LISTENER=HOST, repeatable.
+type bindPortsFlag map[int32]int32
+
+func (b bindPortsFlag) String() string {
+	var parts []string
+	for k, v := range b {
+		parts = append(parts, fmt.Sprintf("%d=%d", k, v))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+func (b bindPortsFlag) Set(s string) error {
+	from, to, ok := strings.Cut(s, "=")
+	f, err1 := strconv.ParseUint(from, 10, 16)
+	t, err2 := strconv.ParseUint(to, 10, 16)
+	if !ok || err1 != nil || err2 != nil || f == 0 || t == 0 {
+		return fmt.Errorf("want LISTENER=HOST, two ports 1-65535 (443=8443), not %q", s)
+	}
+	for k, v := range b {
+		if v == int32(t) && k != int32(f) {
+			return fmt.Errorf("host port %d is already the one of listener port %d", t, k)
+		}
+	}
+	b[int32(f)] = int32(t)
+	return nil
 }

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/snigate/snigate/internal/resources"
@@ -88,7 +89,7 @@ func (c memoContext) equal(o memoContext) bool {
 	return slices.EqualFunc(c.objects, o.objects, slices.Equal) &&
 		c.opts.ControllerName == o.opts.ControllerName && c.opts.DefaultBindAddress == o.opts.DefaultBindAddress &&
 		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass &&
-		c.opts.ProvisionedAddresses == o.opts.ProvisionedAddresses
+		c.opts.ProvisionedAddresses == o.opts.ProvisionedAddresses && maps.Equal(c.opts.BindPorts, o.opts.BindPorts)
 }
 
 // unvalidated returns the routes the memo has not seen pass validation.

@@ -22,7 +22,11 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 				if !l.programmed() {
 					continue
 				}
-				ap := netip.AddrPortFrom(addr, uint16(l.spec.Port)).String()
+				bind := l.spec.Port
+				if b, ok := t.opts.BindPorts[bind]; ok {
+					bind = b
+				}
+				ap := netip.AddrPortFrom(addr, uint16(bind)).String()
 				p := ports[ap]
 				if p == nil {
 					p = &snapshot.Port{Address: ap, Port: l.spec.Port, MaxConnections: gw.maxConns, Protocol: snapshot.ProtocolTLS}

@@ -96,6 +96,11 @@ type Options struct {
 	// Gateway with programmed listeners is Programmed=False/AddressNotAssigned. Set it when
 	// internal/provision runs in the cluster the input comes from.
 	ProvisionedAddresses bool
+	// BindPorts binds a listener port to another port of the host (443 -> 8443): a
+	// standalone gateway run without the privilege to bind ports below 1024 keeps the
+	// Gateway's ports (status, routing, each port's isolation) and only listens elsewhere,
+	// like a container's port mapping. Absent ports bind as they are.
+	BindPorts map[int32]int32
 	// Memo, when set, carries work from one call to the next (see Memo).
 	Memo *Memo
 }

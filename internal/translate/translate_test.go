@@ -313,6 +313,12 @@ func TestOptions(t *testing.T) {
 	if gs == nil || gs.Conditions[0].ObservedGeneration != 3 || gs.Conditions[0].LastTransitionTime.IsZero() {
 		t.Errorf("gateway status %+v", gs)
 	}
+
+	// BindPorts moves the socket, not the listener: the port keeps its listener port.
+	r = Translate(res, Options{ControllerName: "example.com/c", BindPorts: map[int32]int32{5432: 15432}})
+	if p := r.Snapshot.Port("0.0.0.0:15432"); p == nil || p.Port != 5432 || r.Snapshot.Port("0.0.0.0:5432") != nil {
+		t.Errorf("bind ports: snapshot %+v", r.Snapshot.Describe())
+	}
 }
 
 func TestOverlaps(t *testing.T) {
