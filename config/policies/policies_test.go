@@ -115,8 +115,8 @@ func TestPolicyFilesDecode(t *testing.T) {
 			}
 		}
 	}
-	if len(policies) != 3 {
-		t.Errorf("policies %v, want 3", policies)
+	if len(policies) != 4 {
+		t.Errorf("policies %v, want 4", policies)
 	}
 	for p := range policies {
 		if !bindings[p] {
@@ -408,7 +408,17 @@ func TestPolicies(t *testing.T) {
 			}},
 	}
 
-	// In order: some steps build on the objects of earlier ones.
+	runSteps(t, ctx, clients, steps)
+
+	t.Run("allowed list patched", func(t *testing.T) {
+		testAllowedListPatched(t, cluster, clients[tenantUser])
+	})
+}
+
+// runSteps sends the steps in order (some build on the objects of earlier ones) and checks
+// each is allowed, or denied by its policy with its message.
+func runSteps(t *testing.T, ctx context.Context, clients map[string]client.Client, steps []step) {
+	t.Helper()
 	for _, s := range steps {
 		err := s.do(ctx, clients[s.user])
 		switch {
@@ -432,10 +442,6 @@ func TestPolicies(t *testing.T) {
 			t.Logf("%s: allowed", s.name)
 		}
 	}
-
-	t.Run("allowed list patched", func(t *testing.T) {
-		testAllowedListPatched(t, cluster, clients[tenantUser])
-	})
 }
 
 // testAllowedListPatched applies the namespace-labels policy as examples/install-overlay
