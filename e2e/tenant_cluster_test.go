@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,7 +36,7 @@ func TestTenantGatewayCluster(t *testing.T) {
 		testutil.Require(t, "root (network namespaces, and the Gateway binds ports 80 and 443)", errors.New("not root"))
 	}
 	dbPsqlBin(t)
-	crds := append(kubetest.StandardCRDs(t), filepath.Join(kubetest.RepoRoot(t), "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml"))
+	crds := append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...)
 	// cert-manager's CRDs, not cert-manager: dns01's HTTPS listeners are held back without
 	// them (CertManagerNotInstalled); with them the Certificate is rendered and the test
 	// fills its Secret itself.

@@ -431,8 +431,9 @@ func Complete(out *Result, st *translate.Status, now func() metav1.Time) {
 				Message: fmt.Sprintf("the Gateway and its %d listeners are programmed", len(tn.Status.Listeners))}
 		}
 		c.Type, c.ObservedGeneration = v1alpha1.ConditionReady, tn.Status.ObservedGeneration
-		prev := slices.Clone(tn.Status.Conditions)
-		setCondition(&tn.Status.Conditions, prev, c, now)
+		// The stored conditions, not render's Pending placeholder: a Ready that stays True
+		// keeps its LastTransitionTime.
+		setCondition(&tn.Status.Conditions, tn.stored, c, now)
 	}
 }
 

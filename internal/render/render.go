@@ -128,7 +128,8 @@ type Tenant struct {
 	// rendered nothing, or its previous objects again (what it owns must then stay).
 	Rendered bool `json:"-"`
 	// listeners by name, for Complete: which are held not ready by render.
-	held   map[string]string // listener name → reason
+	held   map[string]string  // listener name → reason
+	stored []metav1.Condition // the conditions the input object carried
 	gw     *gwv1.Gateway
 	secret *corev1.Secret // the wildcard Secret served (existingSecret mode)
 }
@@ -265,7 +266,7 @@ type renderer struct {
 func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	t := src.DeepCopy() // defaults are applied to a copy: inputs are never changed
 	t.Default()
-	st := &Tenant{Namespace: t.Namespace, Name: t.Name, held: map[string]string{}}
+	st := &Tenant{Namespace: t.Namespace, Name: t.Name, held: map[string]string{}, stored: src.Status.Conditions}
 	st.Status.ObservedGeneration = t.Generation
 	st.Status.GatewayRef = &v1alpha1.GatewayRef{Name: t.Name, Namespace: t.Namespace}
 	cond := func(typ string, ok bool, reason, msg string) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -328,6 +329,48 @@ func TestExposureLifecycle(t *testing.T) {
 			if c.Reason != v1alpha1.ReasonTenantGatewayNotRendered || !strings.Contains(c.Message, "SecretNotFound") {
 				t.Errorf("billing: Accepted %+v", c)
 			}
+		}
+	}
+}
+
+// A Ready or Programmed condition that stays True keeps its LastTransitionTime from one
+// render to the next (the status is not rewritten with a new time on every pass).
+func TestTransitionTimesStay(t *testing.T) {
+	res := load(t, "testdata/databases.in.yaml")
+	first, _ := run(res, Options{Now: now})
+	later := func() metav1.Time { return metav1.NewTime(fixedNow.Add(time.Hour)) }
+	// The stored objects now carry the first render's status.
+	stored := *res
+	stored.TenantGateways = nil
+	for _, tg := range res.TenantGateways {
+		c := tg.DeepCopy()
+		for _, tn := range first.Tenants {
+			if tn.Name == c.Name {
+				c.Status = tn.Status
+			}
+		}
+		stored.TenantGateways = append(stored.TenantGateways, c)
+	}
+	stored.DatabaseExposures = nil
+	for _, d := range res.DatabaseExposures {
+		c := d.DeepCopy()
+		for _, x := range first.Exposures {
+			if x.Name == c.Name {
+				c.Status = x.Status
+			}
+		}
+		stored.DatabaseExposures = append(stored.DatabaseExposures, c)
+	}
+	second, _ := run(&stored, Options{Now: later, Previous: first})
+	if c := meta.FindStatusCondition(second.Tenants[0].Status.Conditions, v1alpha1.ConditionReady); c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Equal(&fixedNow) {
+		t.Errorf("TenantGateway Ready %+v, want True since %v", c, fixedNow)
+	}
+	for _, x := range second.Exposures {
+		if x.Name != "orders" {
+			continue
+		}
+		if c := meta.FindStatusCondition(x.Status.Conditions, v1alpha1.ConditionProgrammed); c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Equal(&fixedNow) {
+			t.Errorf("orders Programmed %+v, want True since %v", c, fixedNow)
 		}
 	}
 }

@@ -140,6 +140,12 @@ func renderedObjects(out *render.Result, certManager bool) []client.Object {
 	for _, h := range out.HTTPRoutes {
 		objs = append(objs, h)
 	}
+	for _, r := range out.TLSRoutes {
+		objs = append(objs, r)
+	}
+	for _, r := range out.TCPRoutes {
+		objs = append(objs, r)
+	}
 	if certManager {
 		for _, i := range out.Issuers {
 			objs = append(objs, i)
@@ -200,6 +206,7 @@ func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, wan
 		}
 	}
 	var errs []error
+	errs = append(errs, a.deleteStaleRoutes(ctx, out, want)...)
 	for _, k := range staleKinds {
 		if k.certManager && !a.certManager {
 			continue
@@ -223,6 +230,44 @@ func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, wan
 				"namespace", o.GetNamespace(), "name", o.GetName(), "tenantGateway", ref.Name)
 			if err := a.cl.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", k.gvk.Kind, o.GetNamespace(), o.GetName(), err))
+			}
+		}
+	}
+	return errs
+}
+
+// deleteStaleRoutes deletes the routes of DatabaseExposures rendered anew this time that
+// they no longer have: the route of an exposure that lost a conflict, or whose engine moved
+// it from a TLSRoute to a TCPRoute. A deleted exposure's route goes with it (garbage
+// collection); one whose TenantGateway kept its previous objects keeps its route.
+func (a *tenantApplier) deleteStaleRoutes(ctx context.Context, out *render.Result, want map[objectKey]bool) []error {
+	fresh := map[types.NamespacedName]bool{}
+	for _, x := range out.Exposures {
+		if x.Rendered {
+			fresh[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}] = true
+		}
+	}
+	var errs []error
+	for _, kind := range []string{"TLSRoute", "TCPRoute"} {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gwv1.SchemeGroupVersion.WithKind(kind + "List"))
+		if err := a.cl.List(ctx, list, client.HasLabels{render.LabelDatabaseExposure}); err != nil {
+			errs = append(errs, fmt.Errorf("listing %ss: %w", kind, err))
+			continue
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			ref := metav1.GetControllerOf(o)
+			if ref == nil || ref.Kind != "DatabaseExposure" || !fresh[types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}] {
+				continue
+			}
+			if want[objectKey{kind, o.GetNamespace(), o.GetName()}] {
+				continue
+			}
+			a.log.Info("deleting the route a DatabaseExposure no longer has", "kind", kind,
+				"namespace", o.GetNamespace(), "name", o.GetName())
+			if err := a.cl.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", kind, o.GetNamespace(), o.GetName(), err))
 			}
 		}
 	}
@@ -312,6 +357,23 @@ func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resource
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("status of TenantGateway %s/%s: %w", t.Namespace, t.Name, err))
+		}
+	}
+	for _, x := range out.Exposures {
+		want := x.Status
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cur v1alpha1.DatabaseExposure
+			if err := a.api.Get(ctx, types.NamespacedName{Namespace: x.Namespace, Name: x.Name}, &cur); err != nil {
+				return err
+			}
+			if equality.Semantic.DeepEqual(cur.Status, want) {
+				return nil
+			}
+			cur.Status = want
+			return a.cl.Status().Update(ctx, &cur)
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("status of DatabaseExposure %s/%s: %w", x.Namespace, x.Name, err))
 		}
 	}
 	return errs

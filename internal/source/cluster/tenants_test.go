@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -41,7 +40,7 @@ func TestTenantGatewayOnRealAPIServer(t *testing.T) {
 	if err := cmv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	crds := append(kubetest.StandardCRDs(t), filepath.Join(kubetest.RepoRoot(t), "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml"))
+	crds := append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...)
 	crds = append(crds, kubetest.CertManagerCRDs(t)...)
 	// The controller-manager's garbage collector runs: deleting the TenantGateway really
 	// removes what it owns.
@@ -466,7 +465,7 @@ func TestTenantGatewayWithoutCertManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crds := append(kubetest.StandardCRDs(t), filepath.Join(kubetest.RepoRoot(t), "config", "crd", "snigate", "snigate.dev_tenantgateways.yaml"))
+	crds := append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...)
 	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme, Options: kubetest.Options{CRDs: crds}})
 	cl, ctx := kc.Client, context.Background()
 	for _, o := range []client.Object{

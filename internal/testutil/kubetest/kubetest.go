@@ -151,6 +151,17 @@ func StandardCRDs(t testing.TB) []string {
 	return slices.DeleteFunc(files, func(f string) bool { return strings.Contains(filepath.Base(f), "_vap_") })
 }
 
+// SnigateCRDs lists snigate's own CRDs (config/crd/snigate: TenantGateway,
+// DatabaseExposure, TrustAnchor).
+func SnigateCRDs(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(RepoRoot(t), "config", "crd", "snigate", "snigate.dev_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in config/crd/snigate: %v", err)
+	}
+	return files
+}
+
 // KustomizedCRDs renders the CRDs exactly as `kubectl apply -k config/default` installs them,
 // printer column patches included, into one file in a test temp dir. It needs kubectl (its
 // built-in kustomize).

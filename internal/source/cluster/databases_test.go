@@ -1,0 +1,189 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
+)
+
+// The controller publishes DatabaseExposures through their TenantGateway: one TLSRoute per
+// release, owned by its exposure and applied under snigate's field manager, on a listener
+// per engine that comes with the first exposure and goes with the last (the garbage
+// collector removes a deleted exposure's route); a server-speaks-first engine gets its TCP
+// listener and TCPRoute; the exposures' status is written. It runs as the install's
+// ServiceAccount: a missing permission fails the test.
+func TestDatabaseExposureOnRealAPIServer(t *testing.T) {
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...)
+	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme, Options: kubetest.Options{CRDs: crds, GarbageCollector: true}})
+	cl, ctx := kc.Client, context.Background()
+	create := func(objs ...client.Object) {
+		t.Helper()
+		for _, o := range objs {
+			if err := cl.Create(ctx, o); err != nil {
+				t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+			}
+		}
+	}
+	dbx := func(name string, engine v1alpha1.Engine, port int32, extra ...func(*v1alpha1.DatabaseExposure)) *v1alpha1.DatabaseExposure {
+		d := &v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: name}, Spec: v1alpha1.DatabaseExposureSpec{
+			Engine: engine, BackendRef: v1alpha1.DatabaseBackendRef{Name: name, Port: port}}}
+		for _, f := range extra {
+			f(d)
+		}
+		return d
+	}
+	create(
+		&gwv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "snigate"}, Spec: gwv1.GatewayClassSpec{ControllerName: "snigate.dev/gateway-controller"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "acme"}},
+		&v1alpha1.TenantGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme"}, Spec: v1alpha1.TenantGatewaySpec{Apex: "acme.example.test"}},
+		dbx("orders", v1alpha1.EnginePostgres, 5432),
+		dbx("billing", v1alpha1.EnginePostgres, 5432),
+		dbx("cache", v1alpha1.EngineRedis, 6379),
+		dbx("legacy", v1alpha1.EngineMariaDB, 3306, func(d *v1alpha1.DatabaseExposure) { d.Spec.Port = ptrTo(int32(13306)) }),
+	)
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c, err := New(Config{REST: kc.As(kubetest.ControllerUser), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, c)
+
+	// state is the Gateway's database listeners and every TLSRoute and TCPRoute, each
+	// route with its hostnames and the exposure that controls it.
+	state := func() (string, error) {
+		var gw gwv1.Gateway
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &gw); err != nil {
+			return "", err
+		}
+		var parts []string
+		for _, l := range gw.Spec.Listeners {
+			if l.Port != 80 && l.Port != 443 {
+				parts = append(parts, fmt.Sprintf("%s:%d", l.Name, l.Port))
+			}
+		}
+		var tls gwv1.TLSRouteList
+		var tcp gwv1.TCPRouteList
+		if err := cl.List(ctx, &tls); err != nil {
+			return "", err
+		}
+		if err := cl.List(ctx, &tcp); err != nil {
+			return "", err
+		}
+		var routes []string
+		owner := func(o metav1.Object) string {
+			if ref := metav1.GetControllerOf(o); ref != nil {
+				return ref.Kind + "/" + ref.Name
+			}
+			return "none"
+		}
+		for _, r := range tls.Items {
+			var hosts []string
+			for _, h := range r.Spec.Hostnames {
+				hosts = append(hosts, string(h))
+			}
+			routes = append(routes, fmt.Sprintf("TLSRoute %s [%s] by %s", r.Name, strings.Join(hosts, " "), owner(&r)))
+		}
+		for _, r := range tcp.Items {
+			routes = append(routes, fmt.Sprintf("TCPRoute %s by %s", r.Name, owner(&r)))
+		}
+		slices.Sort(routes)
+		return strings.Join(parts, " ") + " | " + strings.Join(routes, ", "), nil
+	}
+	expect := func(t *testing.T, what, want string) {
+		t.Helper()
+		kubetest.Eventually(t, 60*time.Second, what, func() error {
+			got, err := state()
+			if err == nil && got != want {
+				err = fmt.Errorf("\n  %s\nwant\n  %s", got, want)
+			}
+			return err
+		})
+	}
+
+	t.Run("each release gets its route on its engine's listener", func(t *testing.T) {
+		expect(t, "rendered", "tls-postgres:5432 tls-redis:6379 tcp-legacy:13306 | "+
+			"TCPRoute legacy by DatabaseExposure/legacy, "+
+			"TLSRoute billing [billing.postgres.acme.example.test billing.acme.example.test] by DatabaseExposure/billing, "+
+			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache, "+
+			"TLSRoute orders [orders.postgres.acme.example.test orders.acme.example.test] by DatabaseExposure/orders")
+	})
+
+	t.Run("the status says where and how to connect", func(t *testing.T) {
+		kubetest.Eventually(t, 30*time.Second, "orders status", func() error {
+			var d v1alpha1.DatabaseExposure
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "orders"}, &d); err != nil {
+				return err
+			}
+			st := d.Status
+			if st.Listener != "tls-postgres" || st.Port != 5432 || len(st.Hostnames) != 2 || !strings.Contains(st.Connect, "sslmode=verify-full") {
+				return fmt.Errorf("status %+v", st)
+			}
+			if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionAccepted) {
+				return fmt.Errorf("conditions %+v", st.Conditions)
+			}
+			// Programmed needs the data plane's verdict on the route: the controller's own
+			// translate accepts it once the Gateway is ours.
+			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgrammed); c == nil {
+				return fmt.Errorf("no Programmed condition: %+v", st.Conditions)
+			}
+			return nil
+		})
+	})
+
+	t.Run("deleting one release removes only its route; the last one takes the listener", func(t *testing.T) {
+		if err := cl.Delete(ctx, &v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "orders"}}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "orders gone", "tls-postgres:5432 tls-redis:6379 tcp-legacy:13306 | "+
+			"TCPRoute legacy by DatabaseExposure/legacy, "+
+			"TLSRoute billing [billing.postgres.acme.example.test billing.acme.example.test] by DatabaseExposure/billing, "+
+			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache")
+		if err := cl.Delete(ctx, &v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "billing"}}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "the last PostgreSQL gone", "tls-redis:6379 tcp-legacy:13306 | "+
+			"TCPRoute legacy by DatabaseExposure/legacy, "+
+			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache")
+	})
+
+	t.Run("a conflicting release is refused and gets no route", func(t *testing.T) {
+		create(dbx("cache-copy", v1alpha1.EngineRedis, 6379, func(d *v1alpha1.DatabaseExposure) { d.Spec.Release = "cache" }))
+		kubetest.Eventually(t, 30*time.Second, "HostnameConflict", func() error {
+			var d v1alpha1.DatabaseExposure
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "cache-copy"}, &d); err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Reason != v1alpha1.ReasonHostnameConflict || !strings.Contains(c.Message, "acme/cache") {
+				return fmt.Errorf("Accepted %+v", c)
+			}
+			return nil
+		})
+		expect(t, "no route for the loser", "tls-redis:6379 tcp-legacy:13306 | "+
+			"TCPRoute legacy by DatabaseExposure/legacy, "+
+			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache")
+	})
+
+	t.Run("tls.enabled false is refused by the API server", func(t *testing.T) {
+		err := cl.Create(ctx, dbx("plain", v1alpha1.EnginePostgres, 5432, func(d *v1alpha1.DatabaseExposure) { d.Spec.TLS.Enabled = ptrTo(false) }))
+		if err == nil || !strings.Contains(err.Error(), "spec.tls.enabled") || !strings.Contains(err.Error(), "must speak TLS") {
+			t.Errorf("create with tls.enabled false: %v", err)
+		}
+	})
+}
