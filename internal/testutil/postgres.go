@@ -62,7 +62,9 @@ type Postgres struct {
 	Database  string
 	CA        *CA
 	Cert      *Cert
-	LogPath   string
+	// CertFile is the server's certificate file (ssl_cert_file).
+	CertFile string
+	LogPath  string
 
 	proc *process
 }
@@ -116,6 +118,7 @@ func StartPostgres(t testing.TB, o PGOptions) *Postgres {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.CertFile = certPath
 	hba := fixture.PostgresHBA("scram-sha-256")
 	listen := "127.0.0.1"
 	if o.Netns != nil {

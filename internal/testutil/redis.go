@@ -31,7 +31,9 @@ type Redis struct {
 	Dir     string
 	CA      *CA
 	Cert    *Cert
-	LogPath string
+	// CertFile is the server's certificate file (tls-cert-file).
+	CertFile string
+	LogPath  string
 
 	proc *process
 }
@@ -57,6 +59,7 @@ func StartRedis(t testing.TB, o RedisOptions) *Redis {
 		t.Fatal(err)
 	}
 	caPath := o.CA.WriteFile(t, dir)
+	r.CertFile = certPath
 
 	r.Port = withPortRetry(t, func(port int) error {
 		r.Port = port
