@@ -25,12 +25,12 @@ type RedisOptions struct {
 // Redis is a running private redis-server that speaks TLS only (port 0, tls-port Port) on
 // 127.0.0.1, without client certificates. Key "name" holds Name.
 type Redis struct {
-	Name    string
-	Port    int
-	Addr    string // 127.0.0.1:Port
-	Dir     string
-	CA      *CA
-	Cert    *Cert
+	Name string
+	Port int
+	Addr string // 127.0.0.1:Port
+	Dir  string
+	CA   *CA
+	Cert *Cert
 	// CertFile is the server's certificate file (tls-cert-file).
 	CertFile string
 	LogPath  string
