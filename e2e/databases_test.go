@@ -47,9 +47,12 @@ func TestDatabaseExposureStandalone(t *testing.T) {
 		Cert: ca.Issue(t, "billing.postgres.example.test", "billing.example.test")})
 	cache := testutil.StartRedis(t, testutil.RedisOptions{CA: ca, Name: "cache.redis.example.test",
 		Cert: ca.Issue(t, "cache.redis.example.test", "cache.example.test")})
+	// MariaDB's client verifies the certificate against the address it dials: name it too.
+	legacy := testutil.StartMariaDB(t, testutil.MariaDBOptions{CA: ca, Name: "legacy.mariadb.example.test",
+		Cert: ca.Issue(t, "legacy.mariadb.example.test", databasesAddr)})
 	appPort := startHTTPEcho(t, "app")
-	ports := testutil.FreePorts(t, 2)
-	pgPort, redisPort := ports[0], ports[1]
+	ports := testutil.FreePorts(t, 3)
+	pgPort, redisPort, mariaPort := ports[0], ports[1], ports[2]
 
 	exposure := func(name, engine string, port int) string {
 		return fmt.Sprintf(`apiVersion: snigate.dev/v1alpha1
@@ -84,10 +87,12 @@ spec:
 			fixture.ServiceYAML("acme", "orders", 5432, orders.Port, "127.0.0.1"),
 			fixture.ServiceYAML("acme", "billing", 5432, billing.Port, "127.0.0.1"),
 			fixture.ServiceYAML("acme", "cache", 6379, cache.Port, "127.0.0.1"),
+			fixture.ServiceYAML("acme", "legacy", 3306, legacy.Port, "127.0.0.1"),
 			fixture.TLSSecretYAML("acme", "wildcard", wildcard.Cert),
 		}, exposures...)...)
 	}
-	all := []string{exposure("orders", "postgres", 5432), exposure("billing", "postgres", 5432), exposure("cache", "redis", 6379)}
+	all := []string{exposure("orders", "postgres", 5432), exposure("billing", "postgres", 5432), exposure("cache", "redis", 6379),
+		exposure("legacy", "mariadb", 3306) + fmt.Sprintf("  port: %d\n", mariaPort)}
 	dir := configDir(t)
 	writeFile(t, dir, "tenant.yaml", manifests(all...))
 	// The engines' native ports are bound elsewhere (--bind-port): a PostgreSQL or Redis of
@@ -114,7 +119,7 @@ spec:
 				} `json:"status"`
 			} `json:"databaseExposures"`
 		}
-		if err := json.Unmarshal(body, &st); err != nil || len(st.DatabaseExposures) != 3 {
+		if err := json.Unmarshal(body, &st); err != nil || len(st.DatabaseExposures) != 4 {
 			t.Fatalf("/status databaseExposures: %v\n%s", err, body)
 		}
 		for _, x := range st.DatabaseExposures {
@@ -122,7 +127,7 @@ spec:
 			for _, c := range x.Status.Conditions {
 				programmed = programmed || (c.Type == "Programmed" && c.Status == "True")
 			}
-			if !programmed || !strings.HasPrefix(x.Status.Listener, "tls-") || x.Status.Connect == "" {
+			if !programmed || x.Status.Listener == "" || x.Status.Connect == "" {
 				t.Errorf("%s: %+v", x.Name, x.Status)
 			}
 		}
@@ -240,6 +245,22 @@ spec:
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("the app on 443: %d", resp.StatusCode)
+		}
+	})
+
+	t.Run("MariaDB through tcp-legacy on the same address, its own TLS upgrade untouched", func(t *testing.T) {
+		args := append(legacy.ClientArgs(databasesAddr, mariaPort), "--ssl-verify-server-cert",
+			"-e", "SELECT name FROM instance; SHOW SESSION STATUS LIKE 'Ssl_version'")
+		r := dbRun(t, legacy.Client, args...)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if r.err != nil || len(lines) != 2 || lines[0] != legacy.Name || !strings.HasPrefix(lines[1], "Ssl_version\tTLSv1.") {
+			t.Fatalf("mariadb --ssl through tcp-legacy: %v", r)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		peer, err := testutil.PeerCertMySQL(ctx, net.JoinHostPort(databasesAddr, strconv.Itoa(mariaPort)), legacy.Name)
+		if err != nil || peer.SerialNumber.Cmp(legacy.Cert.Serial) != 0 {
+			t.Errorf("MySQL-protocol TLS through tcp-legacy: %v, serial %v want %X", err, peer, legacy.Cert.Serial)
 		}
 	})
 

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -32,5 +34,29 @@ func TestTableCoversTheEnum(t *testing.T) {
 	}
 	if e, _ := Lookup(v1alpha1.EnginePostgres); e.Listener() != "tls-postgres" || e.Start != PostgresSSLRequest || !strings.Contains(e.Connect("h", 1, "c"), "sslmode=verify-full") {
 		t.Errorf("postgres: %+v", e)
+	}
+}
+
+// docs/engines.md shows, for every engine, the row of this table and the client command the
+// status's connect field gives: the documentation cannot drift from what snigate prints.
+func TestEnginesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/engines.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range All() {
+		port := e.Port
+		if port == 0 {
+			port = 7000
+		}
+		listener := e.Listener()
+		if !e.SNIRouted() {
+			listener = "tcp-<release>"
+		}
+		row := fmt.Sprintf("| `%s` | %d | `%s` | %s | `%s` |", e.Name, e.Port, listener, e.Start,
+			e.Connect("<release>.<engine>.<apex>", port, "ca.crt"))
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/engines.md lacks the row\n%s", row)
+		}
 	}
 }
