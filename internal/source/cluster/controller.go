@@ -39,6 +39,7 @@ import (
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -69,6 +70,7 @@ import (
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/translate"
+	"github.com/snigate/snigate/internal/trustanchor"
 )
 
 // DefaultLeaderElectionID names the Lease that elects the status writer.
@@ -301,6 +303,16 @@ func New(cfg Config) (*Controller, error) {
 		}
 		certManager := err == nil
 		c.tenants = newTenantApplier(mgr.GetClient(), mgr.GetAPIReader(), certManager, cfg.Logger.With("component", "tenants"))
+		c.tenants.events = mgr.GetEventRecorder("snigate")
+		if slices.ContainsFunc(c.kinds, func(k *resources.Kind) bool { return k.Name == "TrustAnchor" }) {
+			// A TrustAnchor's Role and RoleBinding are watched: one deleted or edited by hand
+			// is put back at once (its Secret is watched with every Secret).
+			anchored := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				_, ok := o.GetLabels()[trustanchor.LabelTrustAnchor]
+				return ok
+			}))
+			b = b.Watches(&rbacv1.Role{}, all, anchored).Watches(&rbacv1.RoleBinding{}, all, anchored)
+		}
 		if err := mgr.Add(c.tenants); err != nil {
 			return nil, err
 		}

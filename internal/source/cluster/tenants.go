@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -27,6 +30,7 @@ import (
 	"github.com/snigate/snigate/internal/render"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/translate"
+	"github.com/snigate/snigate/internal/trustanchor"
 )
 
 // FieldManager is the server-side apply field manager of everything snigate renders.
@@ -53,6 +57,11 @@ type tenantApplier struct {
 	latest[tenantInput]
 
 	previous *render.Result // the last render applied without error (applier goroutine only)
+	// anchors is the last TrustAnchor projection applied without error.
+	anchors *trustanchor.Result
+	// events records the TrustAnchors' warnings (a name held by someone else) as Warning
+	// events on them; nil records nothing.
+	events events.EventRecorder
 }
 
 type tenantInput struct {
@@ -109,11 +118,15 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	}
 	out := render.Render(in.res, opts)
 	render.Complete(out, in.status, nil)
+	anchors, err := a.renderAnchors(ctx, in.res)
+	if err != nil {
+		return err
+	}
 
 	var errs []error
 	errs = append(errs, a.stampNamespaces(ctx, in.res)...)
 	want := map[objectKey]bool{}
-	objs := renderedObjects(out, a.certManager)
+	objs := append(renderedObjects(out, a.certManager), anchorObjects(anchors)...)
 	for _, o := range objs {
 		want[keyOf(o)] = true
 		if err := a.serverSideApply(ctx, o); err != nil {
@@ -122,13 +135,125 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	}
 	if len(errs) == 0 {
 		errs = append(errs, a.deleteStale(ctx, out, want)...)
+		errs = append(errs, a.deleteStaleAnchorObjects(ctx, want)...)
 	}
 	errs = append(errs, a.writeStatus(ctx, in.res, out)...)
+	errs = append(errs, a.writeAnchorStatus(ctx, anchors)...)
 	if len(errs) == 0 {
-		a.previous = out
+		a.previous, a.anchors = out, anchors
 	}
 	return errors.Join(errs...)
 }
+
+// renderAnchors renders the TrustAnchors (package trustanchor) against the Roles and
+// RoleBindings that carry its label (the cache: they are watched).
+func (a *tenantApplier) renderAnchors(ctx context.Context, res *resources.Resources) (*trustanchor.Result, error) {
+	if len(res.TrustAnchors) == 0 && a.anchors == nil {
+		return &trustanchor.Result{}, nil
+	}
+	var roles rbacv1.RoleList
+	var bindings rbacv1.RoleBindingList
+	if err := a.cl.List(ctx, &roles, client.HasLabels{trustanchor.LabelTrustAnchor}); err != nil {
+		return nil, fmt.Errorf("listing Roles: %w", err)
+	}
+	if err := a.cl.List(ctx, &bindings, client.HasLabels{trustanchor.LabelTrustAnchor}); err != nil {
+		return nil, fmt.Errorf("listing RoleBindings: %w", err)
+	}
+	in := trustanchor.Input{TrustAnchors: res.TrustAnchors, Secrets: res.Secrets}
+	for i := range roles.Items {
+		in.Roles = append(in.Roles, &roles.Items[i])
+	}
+	for i := range bindings.Items {
+		in.RoleBindings = append(in.RoleBindings, &bindings.Items[i])
+	}
+	return trustanchor.Render(in, trustanchor.Options{Previous: a.anchors, InUse: a.inUse()}), nil
+}
+
+// anchorObjects lists what a TrustAnchor projection holds for the API server.
+func anchorObjects(r *trustanchor.Result) []client.Object {
+	var objs []client.Object
+	for _, s := range r.Secrets {
+		objs = append(objs, withKind(s, corev1.SchemeGroupVersion.WithKind("Secret")))
+	}
+	for _, o := range r.Roles {
+		objs = append(objs, withKind(o, rbacv1.SchemeGroupVersion.WithKind("Role")))
+	}
+	for _, o := range r.RoleBindings {
+		objs = append(objs, withKind(o, rbacv1.SchemeGroupVersion.WithKind("RoleBinding")))
+	}
+	return objs
+}
+
+// withKind sets o's apiVersion and kind, which server-side apply needs, on a copy.
+func withKind[T client.Object](o T, gvk schema.GroupVersionKind) client.Object {
+	c := o.DeepCopyObject().(client.Object)
+	c.GetObjectKind().SetGroupVersionKind(gvk)
+	return c
+}
+
+// deleteStaleAnchorObjects deletes the Secrets, Roles and RoleBindings a TrustAnchor
+// controls that its projection no longer holds (the projection is the whole desired state).
+func (a *tenantApplier) deleteStaleAnchorObjects(ctx context.Context, want map[objectKey]bool) []error {
+	var errs []error
+	for _, gvk := range []schema.GroupVersionKind{corev1.SchemeGroupVersion.WithKind("Secret"),
+		rbacv1.SchemeGroupVersion.WithKind("Role"), rbacv1.SchemeGroupVersion.WithKind("RoleBinding")} {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := a.api.List(ctx, list, client.HasLabels{trustanchor.LabelTrustAnchor}); err != nil {
+			errs = append(errs, fmt.Errorf("listing %ss: %w", gvk.Kind, err))
+			continue
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			ref := metav1.GetControllerOf(o)
+			if ref == nil || ref.Kind != "TrustAnchor" || want[objectKey{gvk.Kind, o.GetNamespace(), o.GetName()}] {
+				continue
+			}
+			a.log.Info("deleting what a TrustAnchor no longer publishes", "kind", gvk.Kind,
+				"namespace", o.GetNamespace(), "name", o.GetName(), "trustAnchor", ref.Name)
+			o.SetGroupVersionKind(gvk)
+			if err := a.cl.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", gvk.Kind, o.GetNamespace(), o.GetName(), err))
+			}
+		}
+	}
+	return errs
+}
+
+// writeAnchorStatus writes each TrustAnchor's status where it changed, and records its
+// warnings as events.
+func (a *tenantApplier) writeAnchorStatus(ctx context.Context, r *trustanchor.Result) []error {
+	var errs []error
+	for _, an := range r.Anchors {
+		want := an.Status
+		var stored *v1alpha1.TrustAnchor
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cur v1alpha1.TrustAnchor
+			if err := a.api.Get(ctx, types.NamespacedName{Namespace: an.Namespace, Name: an.Name}, &cur); err != nil {
+				return err
+			}
+			stored = &cur
+			if equality.Semantic.DeepEqual(cur.Status, want) {
+				return nil
+			}
+			cur.Status = want
+			return a.cl.Status().Update(ctx, &cur)
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("status of TrustAnchor %s/%s: %w", an.Namespace, an.Name, err))
+		}
+		if a.events != nil && stored != nil {
+			for _, w := range an.Warnings {
+				a.events.Eventf(stored, nil, corev1.EventTypeWarning, w.Reason, "Publish", "%s", w.Message)
+			}
+		}
+	}
+	return errs
+}
+
+// inUse is, per TrustAnchor, the certificates its exposures' backends served at their last
+// probe (nil until the probes report).
+func (a *tenantApplier) inUse() map[types.NamespacedName][]*x509.Certificate { return nil }
 
 // renderedObjects lists what out holds for the API server: the Gateway API objects, and
 // the cert-manager ones where cert-manager is installed.
