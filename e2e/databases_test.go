@@ -50,6 +50,12 @@ func TestDatabaseExposureStandalone(t *testing.T) {
 	// MariaDB's client verifies the certificate against the address it dials: name it too.
 	legacy := testutil.StartMariaDB(t, testutil.MariaDBOptions{CA: ca, Name: "legacy.mariadb.example.test",
 		Cert: ca.Issue(t, "legacy.mariadb.example.test", databasesAddr)})
+	// Backends whose certificates a client would refuse, for the certificate probe: one
+	// lacking the external names, one serving plaintext, one expired.
+	wrongNames := startEcho(t, "wrong", ca.Issue(t, "somewhere.else.test"))
+	plaintext := startEcho(t, "plain", nil)
+	expired := startEcho(t, "expired", ca.IssueValid(t, time.Now().Add(-72*time.Hour), time.Now().Add(-24*time.Hour),
+		"expired.redis.example.test", "expired.example.test"))
 	appPort := startHTTPEcho(t, "app")
 	ports := testutil.FreePorts(t, 3)
 	pgPort, redisPort, mariaPort := ports[0], ports[1], ports[2]
@@ -88,11 +94,15 @@ spec:
 			fixture.ServiceYAML("acme", "billing", 5432, billing.Port, "127.0.0.1"),
 			fixture.ServiceYAML("acme", "cache", 6379, cache.Port, "127.0.0.1"),
 			fixture.ServiceYAML("acme", "legacy", 3306, legacy.Port, "127.0.0.1"),
+			fixture.ServiceYAML("acme", "wrongnames", 6379, wrongNames, "127.0.0.1"),
+			fixture.ServiceYAML("acme", "plaintext", 6379, plaintext, "127.0.0.1"),
+			fixture.ServiceYAML("acme", "expired", 6379, expired, "127.0.0.1"),
 			fixture.TLSSecretYAML("acme", "wildcard", wildcard.Cert),
 		}, exposures...)...)
 	}
 	all := []string{exposure("orders", "postgres", 5432), exposure("billing", "postgres", 5432), exposure("cache", "redis", 6379),
-		exposure("legacy", "mariadb", 3306) + fmt.Sprintf("  port: %d\n", mariaPort)}
+		exposure("legacy", "mariadb", 3306) + fmt.Sprintf("  port: %d\n", mariaPort),
+		exposure("wrongnames", "redis", 6379), exposure("plaintext", "redis", 6379), exposure("expired", "redis", 6379)}
 	dir := configDir(t)
 	writeFile(t, dir, "tenant.yaml", manifests(all...))
 	// The engines' native ports are bound elsewhere (--bind-port): a PostgreSQL or Redis of
@@ -104,32 +114,87 @@ spec:
 	}
 
 	t.Run("status", func(t *testing.T) {
-		_, body, err := g.get("/status")
-		if err != nil {
-			t.Fatal(err)
+		type exposureStatus struct {
+			Name   string `json:"name"`
+			Status struct {
+				Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
+				Listener   string                                           `json:"listener"`
+				Port       int                                              `json:"port"`
+				Connect    string                                           `json:"connect"`
+				Server     *struct {
+					Serial          string `json:"serial"`
+					CoversHostnames bool   `json:"coversHostnames"`
+				} `json:"serverCertificate"`
+			} `json:"status"`
 		}
-		var st struct {
-			DatabaseExposures []struct {
-				Name   string `json:"name"`
-				Status struct {
-					Conditions []struct{ Type, Status, Reason string } `json:"conditions"`
-					Listener   string                                  `json:"listener"`
-					Port       int                                     `json:"port"`
-					Connect    string                                  `json:"connect"`
-				} `json:"status"`
-			} `json:"databaseExposures"`
-		}
-		if err := json.Unmarshal(body, &st); err != nil || len(st.DatabaseExposures) != 4 {
-			t.Fatalf("/status databaseExposures: %v\n%s", err, body)
-		}
-		for _, x := range st.DatabaseExposures {
-			programmed := false
+		condition := func(x exposureStatus, typ string) (status, reason, message string) {
 			for _, c := range x.Status.Conditions {
-				programmed = programmed || (c.Type == "Programmed" && c.Status == "True")
+				if c.Type == typ {
+					return c.Status, c.Reason, c.Message
+				}
 			}
-			if !programmed || x.Status.Listener == "" || x.Status.Connect == "" {
-				t.Errorf("%s: %+v", x.Name, x.Status)
+			return "", "", ""
+		}
+		want := map[string]struct {
+			reason, inMessage, serial string
+		}{
+			"orders":     {"Verified", "", fmt.Sprintf("%X", orders.Cert.Serial)},
+			"billing":    {"Verified", "", fmt.Sprintf("%X", billing.Cert.Serial)},
+			"cache":      {"Verified", "", fmt.Sprintf("%X", cache.Cert.Serial)},
+			"legacy":     {"Verified", "", fmt.Sprintf("%X", legacy.Cert.Serial)},
+			"wrongnames": {"MissingDNSNames", "wrongnames.redis.example.test, wrongnames.example.test", ""},
+			"plaintext":  {"NotTLS", "", ""},
+			"expired":    {"Expired", "", ""},
+		}
+		// The probes run at once after the load; their verdicts come with the next render.
+		var last []byte
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			_, body, err := g.get("/status")
+			if err != nil {
+				t.Fatal(err)
 			}
+			last = body
+			var st struct {
+				DatabaseExposures []exposureStatus `json:"databaseExposures"`
+			}
+			if err := json.Unmarshal(body, &st); err != nil {
+				t.Fatal(err)
+			}
+			var problems []string
+			for _, x := range st.DatabaseExposures {
+				w, ok := want[x.Name]
+				if !ok {
+					problems = append(problems, "unexpected exposure "+x.Name)
+					continue
+				}
+				if status, _, _ := condition(x, "Programmed"); status != "True" || x.Status.Listener == "" || x.Status.Connect == "" {
+					problems = append(problems, x.Name+" not Programmed")
+				}
+				_, reason, message := condition(x, "CertificateVerified")
+				switch {
+				case reason != w.reason:
+					problems = append(problems, fmt.Sprintf("%s: CertificateVerified %s (%s), want %s", x.Name, reason, message, w.reason))
+				case !strings.Contains(message, w.inMessage):
+					problems = append(problems, fmt.Sprintf("%s: message %q does not name %q", x.Name, message, w.inMessage))
+				case w.serial != "" && (x.Status.Server == nil || x.Status.Server.Serial != w.serial || !x.Status.Server.CoversHostnames):
+					problems = append(problems, fmt.Sprintf("%s: serverCertificate %+v, want serial %s covering the names", x.Name, x.Status.Server, w.serial))
+				}
+			}
+			if len(st.DatabaseExposures) != len(want) {
+				problems = append(problems, fmt.Sprintf("%d exposures, want %d", len(st.DatabaseExposures), len(want)))
+			}
+			if len(problems) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/status: %s\n%s", strings.Join(problems, "; "), last)
+			}
+			time.Sleep(pollEvery)
+		}
+		// The expiry metric of a probed certificate is its notAfter.
+		if got := g.dbMetric(t, "snigate_backend_certificate_expiry_timestamp_seconds", "namespace=acme", "name=orders"); int64(got) != orders.Cert.Leaf.NotAfter.Unix() {
+			t.Errorf("expiry metric of orders %v, want %d", got, orders.Cert.Leaf.NotAfter.Unix())
 		}
 	})
 

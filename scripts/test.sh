@@ -27,6 +27,8 @@ fuzz FuzzDecode ./internal/source/file/
 fuzz FuzzToJSON ./internal/source/file/blockyaml/
 fuzz FuzzDecodeTLSRoute ./internal/source/file/
 fuzz FuzzGuard ./internal/trustanchor/
+fuzz FuzzLooksLikeTLS ./internal/probe/
+fuzz FuzzParseGreeting ./internal/probe/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 # (conformance runs on its own below: it needs its gate and a machine-wide lock.)
 go test -race -count=1 -timeout 20m $(go list ./... | grep -v '/conformance$')

@@ -34,6 +34,8 @@ type State struct {
 	// DatabaseExposures is the status of every DatabaseExposure rendered in memory
 	// (standalone mode), certificate probes included.
 	DatabaseExposures any `json:"databaseExposures,omitempty"`
+	// TrustAnchors is the status of every TrustAnchor (standalone mode).
+	TrustAnchors any `json:"trustAnchors,omitempty"`
 }
 
 // Server is the admin HTTP server.

@@ -42,6 +42,9 @@ type Metrics struct {
 	HTTPRequests *prometheus.CounterVec
 	// HTTPSeconds is the time from request to the end of the response, by listener and route.
 	HTTPSeconds *prometheus.HistogramVec
+	// BackendCertificateExpiry is the notAfter of the certificate each DatabaseExposure's
+	// backend served to the certificate probe, by exposure namespace and name.
+	BackendCertificateExpiry *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, in a
@@ -97,9 +100,13 @@ func New() *Metrics {
 			Help:    "Time from an HTTP request until its response ended, by listener and route.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}, []string{"listener", "route"}),
+		BackendCertificateExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snigate_backend_certificate_expiry_timestamp_seconds",
+			Help: "Unix time the certificate a DatabaseExposure's backend serves expires (notAfter), as the certificate probe last read it.",
+		}, []string{"namespace", "name"}),
 	}
 	r.MustRegister(m.Connections, m.Rejected, m.Active, m.Bytes, m.HelloSeconds, m.DialSeconds,
-		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds,
+		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

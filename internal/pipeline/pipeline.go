@@ -32,6 +32,7 @@
 package pipeline
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,11 +41,14 @@ import (
 
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/proxy"
 	"github.com/snigate/snigate/internal/render"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/translate"
+	"github.com/snigate/snigate/internal/trustanchor"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -64,6 +68,10 @@ type Config struct {
 	// applies the rendered objects instead). RenderOptions.Previous and Now are the runner's.
 	Render        bool
 	RenderOptions render.Options
+	// Probes, with Render, probes the certificates of the rendered DatabaseExposures'
+	// backends: each run hands it the targets, and its latest verdicts become their
+	// CertificateVerified (call Refresh when they change).
+	Probes *probe.Runner
 	// Gateway ("namespace/name"), when set, limits the snapshot given to Apply to that
 	// Gateway: its data plane serves nothing else, and no other Gateway's claim on a port
 	// can take the port from it. Status still covers every Gateway.
@@ -85,9 +93,11 @@ type Runner struct {
 
 	mu         sync.Mutex // serialises Run
 	generation uint64
-	memo       translate.Memo // the full translation's
-	gwMemo     translate.Memo // the one-Gateway translation's
-	rendered   *render.Result // the last applied render
+	memo       translate.Memo       // the full translation's
+	gwMemo     translate.Memo       // the one-Gateway translation's
+	rendered   *render.Result       // the last applied render
+	anchors    *trustanchor.Result  // the last TrustAnchor projection (standalone: status only)
+	last       *resources.Resources // the last input Run was given (Refresh runs it again)
 
 	// stateMu guards what State reads alone, so /status and /readyz answer at once while a
 	// long Run (100 000 routes take about a second) goes on.
@@ -159,6 +169,20 @@ func (r *Runner) Run(res *resources.Resources) error {
 	return nil
 }
 
+// Refresh runs the last input again (after the certificate probes changed a verdict): the
+// status follows, nothing else moves. Before the first Run it does nothing.
+func (r *Runner) Refresh() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		return nil
+	}
+	if err := r.run(r.last); err != nil {
+		return r.rejected(err)
+	}
+	return nil
+}
+
 // Reject records an error of the source itself (a file that cannot be read or decoded)
 // exactly like a rejected translation: counted, shown in State, logged once serving. It
 // returns err.
@@ -183,10 +207,12 @@ func (r *Runner) rejected(err error) error {
 }
 
 func (r *Runner) run(res *resources.Resources) error {
+	input := res
 	opts := r.cfg.Translate
 	opts.Generation = r.generation + 1
 	opts.Memo = &r.memo
 	var rendered *render.Result
+	var anchors *trustanchor.Result
 	if r.cfg.Render {
 		// A TenantGateway the CRD would refuse is invalid input, like any other: in a
 		// cluster the API server refuses it; from files the reload is rejected, naming the
@@ -196,7 +222,12 @@ func (r *Runner) run(res *resources.Resources) error {
 		}
 		ro := r.cfg.RenderOptions
 		ro.Previous, ro.Now = r.rendered, opts.Now
+		if r.cfg.Probes != nil {
+			ro.Probes = render.Verdicts(r.cfg.Probes.Results())
+		}
 		rendered = render.Render(res, ro)
+		anchors = trustanchor.Render(trustanchor.Input{TrustAnchors: res.TrustAnchors, Secrets: res.Secrets},
+			trustanchor.Options{Now: opts.Now, Previous: r.anchors, InUse: r.inUse()})
 		res = rendered.Merge(res)
 	}
 	out := translate.Translate(res, opts)
@@ -224,7 +255,10 @@ func (r *Runner) run(res *resources.Resources) error {
 		}
 	}
 	r.generation = opts.Generation
-	r.rendered = rendered
+	r.rendered, r.anchors, r.last = rendered, anchors, input
+	if r.cfg.Probes != nil && rendered != nil {
+		r.cfg.Probes.Set(render.ProbeTargets(res, rendered))
+	}
 	routes := snap.RouteHostnames()
 	r.cfg.Metrics.Generation.Set(float64(r.generation))
 	r.cfg.Metrics.Routes.Set(float64(routes))
@@ -236,11 +270,22 @@ func (r *Runner) run(res *resources.Resources) error {
 	if rendered != nil && len(rendered.Exposures) > 0 {
 		r.state.DatabaseExposures = rendered.Exposures
 	}
+	if anchors != nil && len(anchors.Anchors) > 0 {
+		r.state.TrustAnchors = anchors.Anchors
+	}
 	r.snap, r.table = snap, nil
 	r.stateMu.Unlock()
 	r.log.Info("configuration applied", "generation", r.generation, "ports", len(snap.Ports),
 		"routeHostnames", routes)
 	return nil
+}
+
+// inUse is, per TrustAnchor, what its exposures' backends served at their last probe.
+func (r *Runner) inUse() map[types.NamespacedName][]*x509.Certificate {
+	if r.cfg.Probes == nil || r.rendered == nil {
+		return nil
+	}
+	return render.AnchorsInUse(r.rendered, r.cfg.Probes.Results())
 }
 
 // onlyGateway is res with one Gateway left.

@@ -85,7 +85,7 @@ func Probe(ctx context.Context, t Target, now time.Time) Result {
 
 func (t Target) validate() error {
 	if t.Address == "" {
-		return errors.New("probe: the target has no address")
+		return errors.New("probe: the target has no address: the backend Service has no ready endpoint (or no port of that number)")
 	}
 	switch t.Start {
 	case engine.DirectTLS, engine.PostgresSSLRequest, engine.ServerFirst:

@@ -25,6 +25,7 @@ import (
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/pipeline"
+	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/proxy"
 	"github.com/snigate/snigate/internal/source/file"
 	"github.com/snigate/snigate/internal/translate"
@@ -39,6 +40,9 @@ type Config struct {
 	Translate translate.Options
 	// Debounce groups bursts of file events into one reload (20 ms).
 	Debounce time.Duration
+	// ProbeInterval is how often each DatabaseExposure's backend certificate is probed
+	// again (default 5 minutes; at once on every change). Watch runs the probes.
+	ProbeInterval time.Duration
 }
 
 // Runner owns the file side of the loop: a file.Loader, whose next load decodes only the
@@ -49,6 +53,7 @@ type Runner struct {
 	mu     sync.Mutex // serialises loads: the Loader is for one goroutine at a time
 	loader file.Loader
 	pipe   *pipeline.Runner
+	probes *probe.Runner
 }
 
 // New returns a runner; nothing is loaded until Load.
@@ -65,8 +70,19 @@ func New(cfg Config) *Runner {
 	if cfg.Proxy != nil {
 		pc.Apply = cfg.Proxy.Apply
 	}
-	pipe, _ := pipeline.New(pc) // cannot fail: no Gateway filter
-	return &Runner{cfg: cfg, log: cfg.Logger, pipe: pipe}
+	r := &Runner{cfg: cfg, log: cfg.Logger}
+	po := probe.RunnerOptions{Interval: cfg.ProbeInterval, OnChange: func() {
+		if err := r.pipe.Refresh(); err != nil {
+			r.log.Warn("rendering the certificate probes' verdicts failed", "error", err)
+		}
+	}}
+	if cfg.Metrics != nil {
+		po.Expiry = cfg.Metrics.BackendCertificateExpiry
+	}
+	r.probes = probe.NewRunner(po)
+	pc.Probes = r.probes
+	r.pipe, _ = pipeline.New(pc) // cannot fail: no Gateway filter
+	return r
 }
 
 // State returns what the admin server shows.
@@ -84,8 +100,10 @@ func (r *Runner) Load() error {
 	return r.pipe.Run(res)
 }
 
-// Watch reloads when a watched file changes or when reload receives, until ctx is done.
+// Watch reloads when a watched file changes or when reload receives, and runs the
+// certificate probes of the DatabaseExposures, until ctx is done.
 func (r *Runner) Watch(ctx context.Context, reload <-chan struct{}) error {
+	go r.probes.Run(ctx)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watching files: %w", err)

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/snigate/snigate/internal/testutil/fixture"
 )
@@ -46,6 +47,16 @@ func (ca *CA) WriteFile(t testing.TB, dir string) string {
 
 // Issue makes a server-and-client certificate for names: DNS names, or IP literals which go
 // into the IP SANs. The first name is also the subject's common name.
+// IssueValid is Issue with the validity period given (fixture.CA.IssueValid).
+func (ca *CA) IssueValid(t testing.TB, notBefore, notAfter time.Time, names ...string) *Cert {
+	t.Helper()
+	c, err := ca.CA.IssueValid(notBefore, notAfter, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Cert{c}
+}
+
 func (ca *CA) Issue(t testing.TB, names ...string) *Cert {
 	t.Helper()
 	c, err := ca.CA.Issue(names...)

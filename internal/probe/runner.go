@@ -1,0 +1,205 @@
+package probe
+
+import (
+	"cmp"
+	"context"
+	"crypto/x509"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Key names a DatabaseExposure: namespace, name.
+type Key = [2]string
+
+// RunnerOptions configures a Runner.
+type RunnerOptions struct {
+	// Interval between two probes of an unchanged target (default 5 minutes): a rotated or
+	// expiring certificate is seen within it.
+	Interval time.Duration
+	// Timeout bounds one probe (default DefaultTimeout).
+	Timeout time.Duration
+	// OnChange is called, outside the runner's lock, after a probe whose verdict or
+	// certificate differs from the previous one: the caller renders the status again.
+	OnChange func()
+	// Expiry, when set, holds each exposure's certificate notAfter (Unix seconds), labelled
+	// namespace and name; an exposure without a certificate has no series.
+	Expiry *prometheus.GaugeVec
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Runner probes a set of targets: a new or changed target at once, every target again each
+// Interval, one probe at a time (a probe is one short connection; a tenant's databases are
+// not stormed). The latest result of each target is kept for Results.
+//
+//	r := probe.NewRunner(probe.RunnerOptions{OnChange: rerender, Expiry: m.BackendCertificateExpiry})
+//	go r.Run(ctx)
+//	r.Set(targets)          // after every render: what the exposures publish now
+//	verdicts := r.Results() // what the next render writes into CertificateVerified
+type Runner struct {
+	opts RunnerOptions
+	kick chan struct{}
+
+	mu      sync.Mutex
+	targets map[Key]Target
+	results map[Key]Result
+	probed  map[Key]time.Time // when each target was last probed
+}
+
+// NewRunner makes a Runner; Run starts it.
+func NewRunner(o RunnerOptions) *Runner {
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Minute
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Runner{opts: o, kick: make(chan struct{}, 1), targets: map[Key]Target{},
+		results: map[Key]Result{}, probed: map[Key]time.Time{}}
+}
+
+// Set replaces the targets. A target that is new or differs from before is probed at once;
+// the result of a target that is gone is dropped, with its metric.
+func (r *Runner) Set(targets map[Key]Target) {
+	r.mu.Lock()
+	changed := false
+	for k, t := range targets {
+		if old, ok := r.targets[k]; !ok || !sameTarget(old, t) {
+			delete(r.probed, k)
+			changed = true
+		}
+	}
+	for k := range r.targets {
+		if _, ok := targets[k]; !ok {
+			delete(r.results, k)
+			delete(r.probed, k)
+			if r.opts.Expiry != nil {
+				r.opts.Expiry.DeleteLabelValues(k[0], k[1])
+			}
+		}
+	}
+	r.targets = maps.Clone(targets)
+	r.mu.Unlock()
+	if changed {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Results returns the latest result of every target probed so far.
+func (r *Runner) Results() map[Key]Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.results)
+}
+
+// Run probes until ctx is done.
+func (r *Runner) Run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-timer.C:
+		}
+		for {
+			k, t, ok := r.due()
+			if !ok || ctx.Err() != nil {
+				break
+			}
+			pctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+			res := Probe(pctx, t, r.opts.Now())
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if r.record(k, t, res) && r.opts.OnChange != nil {
+				r.opts.OnChange()
+			}
+		}
+		timer.Reset(r.untilNext())
+	}
+}
+
+// due returns a target whose probe is due (never probed, or Interval ago), in key order.
+func (r *Runner) due() (Key, Target, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.opts.Now()
+	keys := slices.SortedFunc(maps.Keys(r.targets), func(a, b Key) int {
+		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
+	})
+	for _, k := range keys {
+		if at, ok := r.probed[k]; !ok || now.Sub(at) >= r.opts.Interval {
+			r.probed[k] = now
+			return k, r.targets[k], true
+		}
+	}
+	return Key{}, Target{}, false
+}
+
+// untilNext is the time until the next probe is due.
+func (r *Runner) untilNext() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := r.opts.Interval
+	now := r.opts.Now()
+	for k := range r.targets {
+		if d := r.probed[k].Add(r.opts.Interval).Sub(now); d < next {
+			next = max(d, time.Second)
+		}
+	}
+	return next
+}
+
+// record stores res for k unless the target changed meanwhile, and reports whether the
+// verdict or the certificate differs from the previous result.
+func (r *Runner) record(k Key, t Target, res Result) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.targets[k]; !ok || !sameTarget(cur, t) {
+		return false // replaced or gone while probing: its own probe comes
+	}
+	old, had := r.results[k]
+	r.results[k] = res
+	if r.opts.Expiry != nil {
+		if notAfter, ok := Expiry(res); ok {
+			r.opts.Expiry.WithLabelValues(k[0], k[1]).Set(float64(notAfter.Unix()))
+		} else {
+			r.opts.Expiry.DeleteLabelValues(k[0], k[1])
+		}
+	}
+	return !had || old.Reason != res.Reason || old.Message != res.Message || !sameCert(old, res)
+}
+
+func sameTarget(a, b Target) bool {
+	return a.Address == b.Address && a.Start == b.Start && a.SNI == b.SNI &&
+		slices.Equal(a.Hostnames, b.Hostnames) && samePool(a.Roots, b.Roots)
+}
+
+func samePool(a, b *x509.CertPool) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(b)
+}
+
+func sameCert(a, b Result) bool {
+	if (a.Certificate == nil) != (b.Certificate == nil) {
+		return false
+	}
+	return a.Certificate == nil || (a.Certificate.SHA256 == b.Certificate.SHA256 &&
+		a.Certificate.CoversHostnames == b.Certificate.CoversHostnames)
+}

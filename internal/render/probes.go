@@ -1,0 +1,144 @@
+package render
+
+import (
+	"crypto/x509"
+	"net"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/snigate/snigate/internal/engine"
+	"github.com/snigate/snigate/internal/probe"
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/trustanchor"
+)
+
+// ProbeTargets is what the certificate probe connects to for each exposure out publishes:
+// the first ready endpoint of its backend Service (the address the gateway dials), started
+// the engine's way, with the external hostnames, and the CA certificates of its
+// TrustAnchor's source as roots. An exposure whose backend has no ready endpoint gets a
+// target without an address: the probe says Unreachable, naming the Service.
+func ProbeTargets(res *resources.Resources, out *Result) map[probe.Key]probe.Target {
+	targets := map[probe.Key]probe.Target{}
+	for _, x := range out.Exposures {
+		pt := x.Target
+		if pt == nil || !x.Rendered {
+			continue
+		}
+		e, _ := engine.Lookup(pt.Engine)
+		t := probe.Target{Address: endpoint(res, x.Namespace, pt.Service, pt.ServicePort), Start: e.Start,
+			SNI: pt.Hostnames[0], Hostnames: pt.Hostnames}
+		if pt.TrustAnchor != "" {
+			t.Roots = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+		}
+		targets[probe.Key{x.Namespace, x.Name}] = t
+	}
+	return targets
+}
+
+// Verdicts turns the probe's results into Options.Probes.
+func Verdicts(results map[probe.Key]probe.Result) map[[2]string]Probe {
+	out := make(map[[2]string]Probe, len(results))
+	for k, r := range results {
+		out[k] = Probe{Reason: r.Reason, Message: r.Message, Certificate: r.Certificate}
+	}
+	return out
+}
+
+// AnchorsInUse is, per TrustAnchor, the certificates its exposures' backends served at their
+// last probe (trustanchor.Options.InUse: a rotated-out CA stays published while a backend
+// still serves a chain from it). Nil until some exposure with a TrustAnchor was probed.
+func AnchorsInUse(out *Result, results map[probe.Key]probe.Result) map[types.NamespacedName][]*x509.Certificate {
+	var inUse map[types.NamespacedName][]*x509.Certificate
+	for _, x := range out.Exposures {
+		if x.Target == nil || x.Target.TrustAnchor == "" {
+			continue
+		}
+		r, ok := results[probe.Key{x.Namespace, x.Name}]
+		if !ok || len(r.Chain) == 0 {
+			continue
+		}
+		if inUse == nil {
+			inUse = map[types.NamespacedName][]*x509.Certificate{}
+		}
+		k := types.NamespacedName{Namespace: x.Namespace, Name: x.Target.TrustAnchor}
+		inUse[k] = append(inUse[k], r.Chain...)
+	}
+	return inUse
+}
+
+// endpoint is host:port of the first ready endpoint of Service ns/name's port, or "".
+func endpoint(res *resources.Resources, ns, name string, port int32) string {
+	var portName string
+	found := false
+	for _, s := range res.Services {
+		if s.Namespace != ns || s.Name != name {
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			if p.Port == port {
+				portName, found = p.Name, true
+			}
+		}
+	}
+	if !found {
+		return ""
+	}
+	for _, es := range res.EndpointSlices {
+		if es.Namespace != ns || es.Labels[discoveryv1.LabelServiceName] != name {
+			continue
+		}
+		var target int32
+		for _, p := range es.Ports {
+			if p.Port != nil && (p.Name == nil && portName == "" || p.Name != nil && *p.Name == portName) {
+				target = *p.Port
+			}
+		}
+		if target == 0 {
+			continue
+		}
+		for _, ep := range es.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			if len(ep.Addresses) > 0 {
+				return net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(target)))
+			}
+		}
+	}
+	return ""
+}
+
+// anchorRoots is the pool of the CA certificates TrustAnchor ns/name publishes from its
+// source, or an empty pool (nothing chains to it) when the source cannot be published.
+func anchorRoots(res *resources.Resources, ns, name string) *x509.CertPool {
+	pool := x509.NewCertPool()
+	for _, a := range res.TrustAnchors {
+		if a.Namespace != ns || a.Name != name {
+			continue
+		}
+		key := a.Spec.SourceSecretRef.Key
+		if key == "" {
+			key = "ca.crt"
+		}
+		for _, s := range res.Secrets {
+			if s.Namespace == ns && s.Name == a.Spec.SourceSecretRef.Name {
+				if certs, reason, _ := trustanchor.Guard(secretValue(s, key)); reason == "" {
+					for _, c := range certs {
+						pool.AddCert(c)
+					}
+				}
+			}
+		}
+	}
+	return pool
+}
+
+func secretValue(s *corev1.Secret, key string) []byte {
+	if v, ok := s.Data[key]; ok {
+		return v
+	}
+	return []byte(s.StringData[key])
+}
