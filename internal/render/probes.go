@@ -49,19 +49,18 @@ func Verdicts(results map[probe.Key]probe.Result) map[[2]string]Probe {
 
 // AnchorsInUse is, per TrustAnchor, the certificates its exposures' backends served at their
 // last probe (trustanchor.Options.InUse: a rotated-out CA stays published while a backend
-// still serves a chain from it). Nil until some exposure with a TrustAnchor was probed.
+// still serves a chain from it; a TrustAnchor no exposure names has none in use). It is nil,
+// which keeps every CA, while any exposure naming a TrustAnchor has not been probed yet or
+// its probe read no chain (an unreachable backend may still serve the old one).
 func AnchorsInUse(out *Result, results map[probe.Key]probe.Result) map[types.NamespacedName][]*x509.Certificate {
-	var inUse map[types.NamespacedName][]*x509.Certificate
+	inUse := map[types.NamespacedName][]*x509.Certificate{}
 	for _, x := range out.Exposures {
 		if x.Target == nil || x.Target.TrustAnchor == "" {
 			continue
 		}
 		r, ok := results[probe.Key{x.Namespace, x.Name}]
 		if !ok || len(r.Chain) == 0 {
-			continue
-		}
-		if inUse == nil {
-			inUse = map[types.NamespacedName][]*x509.Certificate{}
+			return nil
 		}
 		k := types.NamespacedName{Namespace: x.Namespace, Name: x.Target.TrustAnchor}
 		inUse[k] = append(inUse[k], r.Chain...)

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"crypto/x509"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,12 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/source/file"
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 func load(t *testing.T, path string) *resources.Resources {
@@ -372,5 +376,26 @@ func TestTransitionTimesStay(t *testing.T) {
 		if c := meta.FindStatusCondition(x.Status.Conditions, v1alpha1.ConditionProgrammed); c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Equal(&fixedNow) {
 			t.Errorf("orders Programmed %+v, want True since %v", c, fixedNow)
 		}
+	}
+}
+
+// Which CAs a TrustAnchor's backends use: unknown (nil, keep every CA) until every exposure
+// naming a TrustAnchor has a probe with a chain; then exactly their chains.
+func TestAnchorsInUse(t *testing.T) {
+	res := load(t, "testdata/databases.in.yaml")
+	out, _ := run(res, Options{Now: now})
+	ca := testutil.NewCA(t)
+	leaf := ca.Issue(t, "orders.postgres.example.com")
+	if got := AnchorsInUse(out, nil); got != nil {
+		t.Errorf("before any probe: %v, want nil", got)
+	}
+	results := map[probe.Key]probe.Result{{"acme", "orders"}: {Reason: v1alpha1.ReasonUnreachable}}
+	if got := AnchorsInUse(out, results); got != nil {
+		t.Errorf("orders unreachable: %v, want nil", got)
+	}
+	results[probe.Key{"acme", "orders"}] = probe.Result{Reason: v1alpha1.ReasonVerified, Chain: []*x509.Certificate{leaf.Leaf}}
+	got := AnchorsInUse(out, results)
+	if c := got[types.NamespacedName{Namespace: "acme", Name: "db-ca"}]; len(c) != 1 || c[0] != leaf.Leaf || len(got) != 1 {
+		t.Errorf("orders probed: %v", got)
 	}
 }

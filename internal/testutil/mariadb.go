@@ -3,9 +3,11 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +21,10 @@ type MariaDBOptions struct {
 	Name string
 	CA   *CA   // default: a new CA
 	Cert *Cert // default: CA.Issue(Name)
+	// Netns runs the server inside that network namespace, listening on its IP: a backend
+	// an EndpointSlice can name. The unix socket stays on the shared filesystem, for the
+	// setup. Default: the host, on 127.0.0.1.
+	Netns *Host
 }
 
 // MariaDB is a running private mariadbd on 127.0.0.1:Port with TLS, and
@@ -88,23 +94,32 @@ func StartMariaDB(t testing.TB, o MariaDBOptions) *MariaDB {
 
 	m.Port = withPortRetry(t, func(port int) error {
 		m.Port = port
-		m.Addr = fmt.Sprintf("127.0.0.1:%d", port)
-		cmd := command(nil, dir, serverBin, "--no-defaults",
-			"--user="+osUser,
-			"--datadir="+m.DataDir,
-			"--socket="+m.Socket,
-			"--pid-file="+filepath.Join(dir, "mariadb.pid"),
-			"--bind-address=127.0.0.1",
+		bind := "127.0.0.1"
+		if o.Netns != nil {
+			bind = o.Netns.IP.String()
+		}
+		m.Addr = net.JoinHostPort(bind, strconv.Itoa(port))
+		args := []string{"--no-defaults",
+			"--user=" + osUser,
+			"--datadir=" + m.DataDir,
+			"--socket=" + m.Socket,
+			"--pid-file=" + filepath.Join(dir, "mariadb.pid"),
+			"--bind-address=" + bind,
 			fmt.Sprintf("--port=%d", port),
-			"--ssl-cert="+certPath,
-			"--ssl-key="+keyPath,
-			"--ssl-ca="+caPath,
+			"--ssl-cert=" + certPath,
+			"--ssl-key=" + keyPath,
+			"--ssl-ca=" + caPath,
 			"--require-secure-transport=ON",
 			"--skip-name-resolve",
 			"--innodb-buffer-pool-size=16M",
 			"--performance-schema=OFF",
-			"--log-error="+m.LogPath,
-		)
+			"--log-error=" + m.LogPath,
+		}
+		cmd := command(nil, dir, serverBin, args...)
+		if o.Netns != nil {
+			cmd = o.Netns.Command(serverBin, args...)
+			cmd.Dir = dir
+		}
 		proc, err := startProcess(cmd, "mariadbd "+o.Name, m.LogPath, syscall.SIGTERM)
 		if err != nil {
 			return err

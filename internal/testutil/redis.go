@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,10 +22,13 @@ type RedisOptions struct {
 	Name string
 	CA   *CA   // default: a new CA
 	Cert *Cert // default: CA.Issue(Name)
+	// Netns runs the server inside that network namespace, listening on its IP: a backend
+	// an EndpointSlice can name. Default: the host, on 127.0.0.1.
+	Netns *Host
 }
 
 // Redis is a running private redis-server that speaks TLS only (port 0, tls-port Port) on
-// 127.0.0.1, without client certificates. Key "name" holds Name.
+// 127.0.0.1 (or RedisOptions.Netns's IP), without client certificates. Key "name" holds Name.
 type Redis struct {
 	Name string
 	Port int
@@ -63,9 +68,13 @@ func StartRedis(t testing.TB, o RedisOptions) *Redis {
 
 	r.Port = withPortRetry(t, func(port int) error {
 		r.Port = port
-		r.Addr = fmt.Sprintf("127.0.0.1:%d", port)
+		bind := "127.0.0.1"
+		if o.Netns != nil {
+			bind = o.Netns.IP.String()
+		}
+		r.Addr = net.JoinHostPort(bind, strconv.Itoa(port))
 		conf := []string{
-			"bind 127.0.0.1",
+			"bind " + bind,
 			"port 0",
 			fmt.Sprintf("tls-port %d", port),
 			"tls-cert-file " + certPath,
@@ -83,7 +92,12 @@ func StartRedis(t testing.TB, o RedisOptions) *Redis {
 		if err := writeFile(confPath, []byte(strings.Join(conf, "\n")+"\n"), 0o644, nil); err != nil {
 			return err
 		}
-		proc, err := startProcess(command(nil, dir, bin, confPath), "redis-server "+o.Name, r.LogPath, syscall.SIGTERM)
+		cmd := command(nil, dir, bin, confPath)
+		if o.Netns != nil {
+			cmd = o.Netns.Command(bin, confPath)
+			cmd.Dir = dir
+		}
+		proc, err := startProcess(cmd, "redis-server "+o.Name, r.LogPath, syscall.SIGTERM)
 		if err != nil {
 			return err
 		}

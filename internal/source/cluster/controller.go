@@ -302,7 +302,7 @@ func New(cfg Config) (*Controller, error) {
 			return nil, fmt.Errorf("cluster: looking up cert-manager's Certificate: %w", err)
 		}
 		certManager := err == nil
-		c.tenants = newTenantApplier(mgr.GetClient(), mgr.GetAPIReader(), certManager, cfg.Logger.With("component", "tenants"))
+		c.tenants = newTenantApplier(mgr.GetClient(), mgr.GetAPIReader(), certManager, cfg.Metrics, cfg.Logger.With("component", "tenants"))
 		c.tenants.events = mgr.GetEventRecorder("snigate")
 		if slices.ContainsFunc(c.kinds, func(k *resources.Kind) bool { return k.Name == "TrustAnchor" }) {
 			// A TrustAnchor's Role and RoleBinding are watched: one deleted or edited by hand

@@ -32,6 +32,15 @@ func (l *latest[T]) publish(v *T) {
 	}
 }
 
+// again makes the writer process the current value once more (something else it reads
+// changed, such as a certificate probe's verdict).
+func (l *latest[T]) again() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
 // run calls pass with the newest value whenever it changes, until ctx is done.
 func (l *latest[T]) run(ctx context.Context, retryAfter time.Duration, log *slog.Logger, what string, pass func(context.Context, *T) error) error {
 	var retryC <-chan time.Time

@@ -27,6 +27,8 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/render"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/translate"
@@ -59,6 +61,9 @@ type tenantApplier struct {
 	previous *render.Result // the last render applied without error (applier goroutine only)
 	// anchors is the last TrustAnchor projection applied without error.
 	anchors *trustanchor.Result
+	// probes probes the DatabaseExposures' backend certificates (leader only, like the
+	// applier); a changed verdict makes the applier render again.
+	probes *probe.Runner
 	// events records the TrustAnchors' warnings (a name held by someone else) as Warning
 	// events on them; nil records nothing.
 	events events.EventRecorder
@@ -74,8 +79,14 @@ var (
 	_ manager.LeaderElectionRunnable = (*tenantApplier)(nil)
 )
 
-func newTenantApplier(cl client.Client, api client.Reader, certManager bool, log *slog.Logger) *tenantApplier {
-	return &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, latest: newLatest[tenantInput]()}
+func newTenantApplier(cl client.Client, api client.Reader, certManager bool, m *metrics.Metrics, log *slog.Logger) *tenantApplier {
+	a := &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, latest: newLatest[tenantInput]()}
+	po := probe.RunnerOptions{OnChange: a.again}
+	if m != nil {
+		po.Expiry = m.BackendCertificateExpiry
+	}
+	a.probes = probe.NewRunner(po)
+	return a
 }
 
 // NeedLeaderElection makes the manager start the applier only on the elected replica.
@@ -90,12 +101,13 @@ func (a *tenantApplier) Publish(res *resources.Resources, st *translate.Status) 
 // tried again after a second.
 func (a *tenantApplier) Start(ctx context.Context) error {
 	a.log.Info("tenant applier started (leader)", "certManager", a.certManager)
+	go a.probes.Run(ctx)
 	return a.run(ctx, time.Second, a.log, "applying what the TenantGateways render", a.apply)
 }
 
 // apply renders in and makes the cluster match.
 func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
-	opts := render.Options{CertManager: a.certManager, Previous: a.previous}
+	opts := render.Options{CertManager: a.certManager, Previous: a.previous, Probes: render.Verdicts(a.probes.Results())}
 	if !a.certManager {
 		opts.NoCertManagerReason = v1alpha1.ReasonCertManagerNotInstalled
 	} else {
@@ -142,6 +154,7 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	if len(errs) == 0 {
 		a.previous, a.anchors = out, anchors
 	}
+	a.probes.Set(render.ProbeTargets(in.res, out))
 	return errors.Join(errs...)
 }
 
@@ -253,7 +266,12 @@ func (a *tenantApplier) writeAnchorStatus(ctx context.Context, r *trustanchor.Re
 
 // inUse is, per TrustAnchor, the certificates its exposures' backends served at their last
 // probe (nil until the probes report).
-func (a *tenantApplier) inUse() map[types.NamespacedName][]*x509.Certificate { return nil }
+func (a *tenantApplier) inUse() map[types.NamespacedName][]*x509.Certificate {
+	if a.previous == nil {
+		return nil
+	}
+	return render.AnchorsInUse(a.previous, a.probes.Results())
+}
 
 // renderedObjects lists what out holds for the API server: the Gateway API objects, and
 // the cert-manager ones where cert-manager is installed.

@@ -242,14 +242,18 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	return c
 }
 
+// Impersonate returns a copy of cfg that impersonates user: what RBAC grants that user is
+// what it may do.
+func Impersonate(cfg *rest.Config, user string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return c
+}
+
 // As returns a config that impersonates user (ControllerUser, or a data plane's
 // "system:serviceaccount:<namespace>:<name>"): what that identity may do is what RBAC grants
 // it.
-func (c *Cluster) As(user string) *rest.Config {
-	cfg := rest.CopyConfig(c.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	return cfg
-}
+func (c *Cluster) As(user string) *rest.Config { return Impersonate(c.Config, user) }
 
 // Apply creates every object of a multi-document YAML file with the admin client (ApplyFile).
 func (c *Cluster) Apply(t testing.TB, path string) {
