@@ -41,8 +41,10 @@ func TestDatabaseExposureStandalone(t *testing.T) {
 	redisCLI := testutil.Binary(t, "redis-cli", "/usr/bin")
 	ca := testutil.NewCA(t)
 	wildcard := ca.Issue(t, "example.test", "*.example.test")
+	// orders' server itself would take plaintext logins (pg_hba host): through snigate it
+	// still gets TLS only.
 	orders := testutil.StartPostgres(t, testutil.PGOptions{CA: ca, Name: "orders.postgres.example.test",
-		Cert: ca.Issue(t, "orders.postgres.example.test", "orders.example.test")})
+		Cert: ca.Issue(t, "orders.postgres.example.test", "orders.example.test"), AcceptPlaintext: true})
 	billing := testutil.StartPostgres(t, testutil.PGOptions{CA: ca, Name: "billing.postgres.example.test",
 		Cert: ca.Issue(t, "billing.postgres.example.test", "billing.example.test")})
 	cache := testutil.StartRedis(t, testutil.RedisOptions{CA: ca, Name: "cache.redis.example.test",
@@ -331,7 +333,15 @@ spec:
 
 	t.Run("plaintext clients are refused and nothing reaches the database", func(t *testing.T) {
 		before := redisConnections(t, cache)
-		r := dbPsql(t, strings.Replace(orders.ConnString(databasesAddr, pgPort), "sslmode=verify-full", "sslmode=disable", 1), "select 1")
+		disable := func(conn string) string { return strings.Replace(conn, "sslmode=verify-full", "sslmode=disable", 1) }
+		if r := dbPsql(t, disable(orders.DirectConnString()), "select 1"); r.err != nil {
+			t.Fatalf("orders' server itself refused a plaintext login (the test needs one that accepts it): %v", r)
+		}
+		dials := g.dbMetric(t, "snigate_backend_dial_seconds_count")
+		if dials == 0 {
+			t.Fatal("no backend dial counted yet: the metric this check reads is not there")
+		}
+		r := dbPsql(t, disable(orders.ConnString(databasesAddr, pgPort)), "select 1")
 		if r.err == nil || !strings.Contains(r.stderr, "only over TLS") {
 			t.Errorf("psql sslmode=disable: want a refusal saying TLS is required: %v", r)
 		}
@@ -342,6 +352,10 @@ spec:
 		// One more: the second query's own connection.
 		if after := redisConnections(t, cache); after != before+1 {
 			t.Errorf("Redis accepted %d connections during the plaintext attempts", after-before-1)
+		}
+		// snigate dialled no backend for either.
+		if after := g.dbMetric(t, "snigate_backend_dial_seconds_count"); after != dials {
+			t.Errorf("snigate dialled %v backends for plaintext clients", after-dials)
 		}
 	})
 

@@ -38,6 +38,9 @@ type PGOptions struct {
 	// a backend an EndpointSlice can name. The unix socket stays on the shared filesystem,
 	// so Admin and the readiness check work as without. Default: the host, on 127.0.0.1.
 	Netns *Host
+	// AcceptPlaintext makes the server accept plaintext TCP logins too (pg_hba "host", not
+	// only "hostssl"): for the tests that show the gateway still carries only TLS to it.
+	AcceptPlaintext bool
 }
 
 // Postgres is a running private PostgreSQL instance.
@@ -120,6 +123,9 @@ func StartPostgres(t testing.TB, o PGOptions) *Postgres {
 	}
 	p.CertFile = certPath
 	hba := fixture.PostgresHBA("scram-sha-256")
+	if o.AcceptPlaintext {
+		hba = strings.ReplaceAll(hba, "   reject\n", "   scram-sha-256\n")
+	}
 	listen := "127.0.0.1"
 	if o.Netns != nil {
 		listen = o.Netns.IP.String()
