@@ -187,7 +187,7 @@ spec:
 			t.Fatal(err)
 		}
 		sc := d.Status.ServerCertificate
-		if sc == nil || sc.Serial != fmt.Sprintf("%X", orders.Cert.Serial) || !sc.CoversHostnames || sc.ChainsToTrustAnchor == nil || !*sc.ChainsToTrustAnchor {
+		if sc == nil || sc.Serial != orders.Cert.SerialHex() || !sc.CoversHostnames || sc.ChainsToTrustAnchor == nil || !*sc.ChainsToTrustAnchor {
 			t.Errorf("orders serverCertificate %+v, want its serial, covering, chaining to the anchor", sc)
 		}
 	})
@@ -280,7 +280,7 @@ spec:
 				return serialOf(crt, err)
 			}},
 		} {
-			want := fmt.Sprintf("%X", legacy.Cert.Serial)
+			want := legacy.Cert.SerialHex()
 			if c.file != "" {
 				want = certFileSerial(t, c.file)
 			}
@@ -367,7 +367,7 @@ func serialOf(crt *x509.Certificate, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%X", crt.SerialNumber), nil
+	return fixture.SerialHex(crt.SerialNumber), nil
 }
 
 func metav1ObjectMeta(namespace, name string) metav1.ObjectMeta {

@@ -140,10 +140,10 @@ spec:
 		want := map[string]struct {
 			reason, inMessage, serial string
 		}{
-			"orders":     {"Verified", "", fmt.Sprintf("%X", orders.Cert.Serial)},
-			"billing":    {"Verified", "", fmt.Sprintf("%X", billing.Cert.Serial)},
-			"cache":      {"Verified", "", fmt.Sprintf("%X", cache.Cert.Serial)},
-			"legacy":     {"Verified", "", fmt.Sprintf("%X", legacy.Cert.Serial)},
+			"orders":     {"Verified", "", orders.Cert.SerialHex()},
+			"billing":    {"Verified", "", billing.Cert.SerialHex()},
+			"cache":      {"Verified", "", cache.Cert.SerialHex()},
+			"legacy":     {"Verified", "", legacy.Cert.SerialHex()},
 			"wrongnames": {"MissingDNSNames", "wrongnames.redis.example.test, wrongnames.example.test", ""},
 			"plaintext":  {"NotTLS", "", ""},
 			"expired":    {"Expired", "", ""},
@@ -257,21 +257,21 @@ spec:
 				if err != nil {
 					return "", err
 				}
-				return fmt.Sprintf("%X", crt.SerialNumber), nil
+				return fixture.SerialHex(crt.SerialNumber), nil
 			}},
 			{billing.Name, billing.CertFile, func() (string, error) {
 				crt, err := testutil.PeerCertPostgres(ctx, net.JoinHostPort(databasesAddr, strconv.Itoa(pgPort)), "billing.example.test")
 				if err != nil {
 					return "", err
 				}
-				return fmt.Sprintf("%X", crt.SerialNumber), nil
+				return fixture.SerialHex(crt.SerialNumber), nil
 			}},
 			{cache.Name, cache.CertFile, func() (string, error) {
 				crt, err := testutil.PeerCertTLS(ctx, net.JoinHostPort(databasesAddr, strconv.Itoa(redisPort)), cache.Name)
 				if err != nil {
 					return "", err
 				}
-				return fmt.Sprintf("%X", crt.SerialNumber), nil
+				return fixture.SerialHex(crt.SerialNumber), nil
 			}},
 		} {
 			want := certFileSerial(t, c.file)
@@ -419,7 +419,7 @@ func certFileSerial(t *testing.T, file string) string {
 	if err != nil {
 		t.Fatalf("%s: %v", file, err)
 	}
-	return fmt.Sprintf("%X", crt.SerialNumber)
+	return fixture.SerialHex(crt.SerialNumber)
 }
 
 // redisConnections is the number of connections the Redis server has accepted, this
