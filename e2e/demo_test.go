@@ -35,7 +35,7 @@ func TestDemoScript(t *testing.T) {
 	if strings.Contains(string(out), "skipped:") {
 		testutil.Require(t, "PostgreSQL and Redis for the demo", errSkipped)
 	}
-	for _, want := range []string{"ok   psql verify-full to orders", "ok   the serial seen", "ok   redis-cli --tls --sni", "ok   plaintext redis-cli"} {
+	for _, want := range []string{"ok   psql verify-full to orders", "ok   the serial seen", "ok   redis-cli --tls --sni", "ok   plaintext redis-cli", "ok   the certificate probe"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("no %q in the self-test", want)
 		}

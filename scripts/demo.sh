@@ -135,8 +135,18 @@ if [ "${DEMO_SELFTEST:-}" = 1 ]; then
     out=$(timeout 5 bash -c "$redis_plain" 2>&1 || true)
     if [[ "$out" == *PONG* ]]; then echo "FAIL plaintext redis-cli got an answer"; fail=1; else echo "ok   plaintext redis-cli: closed ($out)"; fi
   fi
-  curl -fs http://127.0.0.1:19901/status >"$work/status.json"
-  check "the exposures' status" '"Programmed"' "cat $work/status.json"
+  # The certificate probe runs right after the load: its verdicts follow within moments.
+  want_verified=0
+  $pg_ok && want_verified=$((want_verified + 2))
+  $redis_ok && want_verified=$((want_verified + 1))
+  for _ in $(seq 50); do
+    curl -fs http://127.0.0.1:19901/status >"$work/status.json"
+    [ "$({ grep -oE '"reason": *"Verified"' "$work/status.json" || true; } | wc -l)" -ge "$want_verified" ] && break
+    sleep 0.2
+  done
+  check "the exposures are programmed" '"Programmed"' "cat $work/status.json"
+  n=$({ grep -oE '"reason": *"Verified"' "$work/status.json" || true; } | wc -l)
+  if [ "$n" -ge "$want_verified" ]; then echo "ok   the certificate probe: $n databases Verified"; else echo "FAIL the certificate probe: $n Verified, want $want_verified"; cat "$work/status.json"; fail=1; fi
   for m in "${missing[@]}"; do echo "skipped: $m is not installed"; done
   exit $fail
 fi
@@ -160,7 +170,10 @@ Gateway's 5432 and 6379), every database by its own name, TLS end to end. Try:
   $redis_plain
 
   bin/snigate check -f examples/databases                  # exposures, listeners, routes
-  curl -s http://127.0.0.1:19901/status | python3 -m json.tool | less   # status, probes included
+  # each exposure's status, with the certificate probe's verdict (CertificateVerified) and
+  # the certificate it read (serverCertificate: serial, names, chainsToTrustAnchor)
+  curl -s http://127.0.0.1:19901/status | python3 -m json.tool | less
+  curl -s http://127.0.0.1:19901/metrics | grep snigate_backend_certificate_expiry
 
 MSG
 for m in "${missing[@]}"; do echo "skipped: $m is not installed"; done

@@ -13,6 +13,7 @@ import (
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/source/file"
 	"github.com/snigate/snigate/internal/translate"
+	"github.com/snigate/snigate/internal/trustanchor"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -38,11 +39,12 @@ func check(args []string, out io.Writer) (int, error) {
 	}
 	// TenantGateways are rendered as serve renders them; the report covers what they render.
 	rendered := render.Render(res, render.Options{})
+	anchors := trustanchor.Render(trustanchor.Input{TrustAnchors: res.TrustAnchors, Secrets: res.Secrets}, trustanchor.Options{})
 	res = rendered.Merge(res)
 	r := translate.Translate(res, translate.Options{DefaultBindAddress: *bind, Generation: 1})
 	render.Complete(rendered, r.Status, nil)
 	if len(r.Errors) == 0 {
-		if err := writeTenants(out, res, rendered); err != nil {
+		if err := writeTenants(out, res, rendered, anchors); err != nil {
 			return 1, err
 		}
 		if err := writeReport(out, res, r); err != nil {
@@ -54,6 +56,13 @@ func check(args []string, out io.Writer) (int, error) {
 		for _, c := range t.Status.Conditions {
 			if c.Status != metav1.ConditionTrue && c.Type != v1alpha1.ConditionListenerBudget {
 				list = append(list, fmt.Sprintf("TenantGateway %s/%s: %s=%s (%s): %s", t.Namespace, t.Name, c.Type, c.Status, c.Reason, c.Message))
+			}
+		}
+	}
+	for _, a := range anchors.Anchors {
+		for _, c := range a.Status.Conditions {
+			if c.Status != metav1.ConditionTrue {
+				list = append(list, fmt.Sprintf("TrustAnchor %s/%s: %s=%s (%s): %s", a.Namespace, a.Name, c.Type, c.Status, c.Reason, c.Message))
 			}
 		}
 	}
@@ -77,7 +86,7 @@ func check(args []string, out io.Writer) (int, error) {
 
 // writeTenants prints each TenantGateway: its apex and mode, its conditions and the listeners
 // it rendered. Nothing is printed without TenantGateways.
-func writeTenants(out io.Writer, in *resources.Resources, r *render.Result) error {
+func writeTenants(out io.Writer, in *resources.Resources, r *render.Result, anchors *trustanchor.Result) error {
 	w := bufio.NewWriter(out)
 	for _, t := range r.Tenants {
 		var apex, mode string
@@ -127,6 +136,15 @@ func writeTenants(out io.Writer, in *resources.Resources, r *render.Result) erro
 		if x.Status.Connect != "" {
 			fmt.Fprintf(w, "  connect: %s\n", x.Status.Connect)
 		}
+		fmt.Fprintln(w)
+	}
+	for _, a := range anchors.Anchors {
+		fmt.Fprintf(w, "TrustAnchor %s/%s  publishes: Secret %s", a.Namespace, a.Name, a.Status.SecretName)
+		for _, c := range a.Status.Certificates {
+			fmt.Fprintf(w, "\n  CA %s  sha256 %s  until %s", c.Subject, c.SHA256, c.NotAfter.Format("2006-01-02"))
+		}
+		fmt.Fprintln(w)
+		writeConditions(w, "  ", a.Status.Conditions)
 		fmt.Fprintln(w)
 	}
 	return w.Flush()
