@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,7 +61,7 @@ func TestDatabaseExposureCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ca := testutil.NewCA(t)
+	ca, next := testutil.NewCA(t), testutil.NewCA(t)
 	names := func(release, engine string) []string {
 		return []string{release + "." + engine + ".example.test", release + ".example.test"}
 	}
@@ -83,7 +85,16 @@ func TestDatabaseExposureCluster(t *testing.T) {
 	bad.Start(t, snigateBin, "echo", "--listen", badAddr(7001), "--name", "wrong", "--cert", wrongCert, "--key", wrongKey)
 	bad.Start(t, snigateBin, "echo", "--listen", badAddr(7002), "--name", "plain")
 	bad.Start(t, snigateBin, "echo", "--listen", badAddr(7003), "--name", "expired", "--cert", expiredCert, "--key", expiredKey)
-	for _, p := range []int{7001, 7002, 7003} {
+	// A backend that rotates from a certificate of ca (7004) to one of next (7005).
+	oldDir, newDir := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+	os.Mkdir(oldDir, 0o755)
+	os.Mkdir(newDir, 0o755)
+	oldLeaf, newLeaf := ca.Issue(t, names("rotating", "custom")...), next.Issue(t, names("rotating", "custom")...)
+	oldCert, oldKey := oldLeaf.WriteFiles(t, oldDir)
+	newCert, newKey := newLeaf.WriteFiles(t, newDir)
+	bad.Start(t, snigateBin, "echo", "--listen", badAddr(7004), "--name", "old", "--cert", oldCert, "--key", oldKey)
+	bad.Start(t, snigateBin, "echo", "--listen", badAddr(7005), "--name", "new", "--cert", newCert, "--key", newKey)
+	for _, p := range []int{7001, 7002, 7003, 7004, 7005} {
 		waitListening(t, badAddr(p))
 	}
 	mariaPort := testutil.FreePorts(t, 1)[0]
@@ -127,6 +138,14 @@ spec:
 		exposure("wrongnames", "redis", 6379, ""),
 		exposure("plaintext", "redis", 6379, ""),
 		exposure("expired", "redis", 6379, ""),
+		exposure("rotating", "custom", 7443, "  port: 7443\n  trustAnchorRef: {name: rot}\n"),
+		`apiVersion: snigate.dev/v1alpha1
+kind: TrustAnchor
+metadata: {name: rot, namespace: acme}
+spec:
+  sourceSecretRef: {name: rot-ca}
+`,
+		fixture.ServiceYAML("acme", "rotating", 7443, 7004, bad.IP.String()),
 		fixture.ServiceYAML("acme", "orders", 5432, orders.Port, host(orders.Addr)),
 		fixture.ServiceYAML("acme", "billing", 5432, billing.Port, host(billing.Addr)),
 		fixture.ServiceYAML("acme", "cache", 6379, cache.Port, host(cache.Addr)),
@@ -143,6 +162,10 @@ spec:
 	}); err != nil {
 		t.Fatal(err)
 	}
+	rotSource := &corev1.Secret{ObjectMeta: metav1ObjectMeta("acme", "rot-ca"), Data: map[string][]byte{"ca.crt": ca.CertPEM}}
+	if err := cl.Create(context.Background(), rotSource); err != nil {
+		t.Fatal(err)
+	}
 
 	startSnigate(t, "", "controller", "--kubeconfig", kubeconfig, "--leader-elect=false",
 		"--local-addresses", "127.0.0.44/30") // the first address it hands out: .46
@@ -154,6 +177,7 @@ spec:
 			"cache": {v1alpha1.ReasonVerified, ""}, "legacy": {v1alpha1.ReasonVerified, ""},
 			"wrongnames": {v1alpha1.ReasonMissingDNSNames, "wrongnames.redis.example.test, wrongnames.example.test"},
 			"plaintext":  {v1alpha1.ReasonNotTLS, ""}, "expired": {v1alpha1.ReasonExpired, ""},
+			"rotating": {v1alpha1.ReasonVerified, ""},
 		}
 		kubetest.Eventually(t, clusterWait, "the exposures' status", func() error {
 			var list v1alpha1.DatabaseExposureList
@@ -296,6 +320,70 @@ spec:
 		}
 	})
 
+	t.Run("CA rotation keeps a client pinned to the old CA working until the backend switches", func(t *testing.T) {
+		bundle := func(want ...*testutil.CA) func() error {
+			return func() error {
+				var sec corev1.Secret
+				if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "rot.tenant-ca"}, &sec); err != nil {
+					return err
+				}
+				var got []string
+				for rest := sec.Data["ca.crt"]; ; {
+					var blk *pem.Block
+					if blk, rest = pem.Decode(rest); blk == nil {
+						break
+					}
+					got = append(got, string(blk.Bytes))
+				}
+				if len(got) != len(want) {
+					return fmt.Errorf("%d CAs published, want %d", len(got), len(want))
+				}
+				for i, c := range want {
+					if got[i] != string(c.Cert.Raw) {
+						return fmt.Errorf("CA %d is not the expected one", i)
+					}
+				}
+				return nil
+			}
+		}
+		dial := func(roots []byte) (string, error) {
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(roots)
+			c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(addr, "7443"),
+				&tls.Config{ServerName: "rotating.custom.example.test", RootCAs: pool})
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+			return fixture.SerialHex(c.ConnectionState().PeerCertificates[0].SerialNumber), nil
+		}
+		kubetest.Eventually(t, clusterWait, "the first bundle", bundle(ca))
+		oldBundle := ca.CertPEM
+
+		rotSource.Data["ca.crt"] = next.CertPEM
+		if err := cl.Update(ctx, rotSource); err != nil {
+			t.Fatal(err)
+		}
+		// The backend still serves ca's chain (the probe read it): ca stays next to next.
+		kubetest.Eventually(t, clusterWait, "both CAs while the backend serves the old chain", bundle(next, ca))
+		if got, err := dial(oldBundle); err != nil || got != oldLeaf.SerialHex() {
+			t.Errorf("a client pinned to the old CA: %s, %v", got, err)
+		}
+		// The backend switches to next's certificate (its endpoint moves to 7005).
+		var es discoveryv1.EndpointSlice
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "rotating-1"}, &es); err != nil {
+			t.Fatal(err)
+		}
+		es.Ports[0].Port = ptrTo(int32(7005))
+		if err := cl.Update(ctx, &es); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, clusterWait, "the old CA dropped once no backend uses it", bundle(next))
+		if got, err := dial(next.CertPEM); err != nil || got != newLeaf.SerialHex() {
+			t.Errorf("a client with the new bundle: %s, %v", got, err)
+		}
+	})
+
 	t.Run("deleting one release keeps the other; the last takes the listener and the port", func(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
@@ -369,6 +457,8 @@ func serialOf(crt *x509.Certificate, err error) (string, error) {
 	}
 	return fixture.SerialHex(crt.SerialNumber), nil
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 func metav1ObjectMeta(namespace, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Namespace: namespace, Name: name}

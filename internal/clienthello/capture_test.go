@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // recordingConn records what a TLS client writes and fails its reads, so the handshake stops
@@ -149,7 +150,7 @@ func opensslHello(t testing.TB, args ...string) []byte {
 	t.Helper()
 	path, err := exec.LookPath("openssl")
 	testutil.Require(t, "openssl", err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := fixture.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // start serves s on a loopback port and returns its address; the server closes with the test.
 func start(t *testing.T, s *Server) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := fixture.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestHandshakeTimeout(t *testing.T) {
 
 func TestCloseEndsOpenConnections(t *testing.T) {
 	s := &Server{Name: "x"}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := fixture.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

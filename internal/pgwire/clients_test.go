@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 const (
@@ -100,7 +101,7 @@ type fakeServer struct {
 
 func startFake(t *testing.T, serve func(i int, conn net.Conn) first) *fakeServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := fixture.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +393,7 @@ type recordingRelay struct {
 
 func startRelay(t *testing.T, target string) *recordingRelay {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := fixture.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

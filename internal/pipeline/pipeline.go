@@ -257,7 +257,7 @@ func (r *Runner) run(res *resources.Resources) error {
 	r.generation = opts.Generation
 	r.rendered, r.anchors, r.last = rendered, anchors, input
 	if r.cfg.Probes != nil && rendered != nil {
-		r.cfg.Probes.Set(render.ProbeTargets(res, rendered))
+		r.cfg.Probes.Set(render.ProbeTargets(res, rendered, anchors.Bundles()))
 	}
 	routes := snap.RouteHostnames()
 	r.cfg.Metrics.Generation.Set(float64(r.generation))

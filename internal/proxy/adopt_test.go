@@ -18,6 +18,7 @@ import (
 	"github.com/snigate/snigate/internal/pgwire"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // waitLog waits until the log holds a line containing every part.
@@ -133,7 +134,7 @@ func TestShutdownCutsUnroutedConnections(t *testing.T) {
 func TestShutdownCutsReleasedThenRelayed(t *testing.T) {
 	// A PostgreSQL-like backend: 'S' to the SSLRequest, then an echo (the client's hello
 	// comes back, which starts with a TLS record byte as the relay expects).
-	bln, err := net.Listen("tcp", "127.0.0.1:0")
+	bln, err := fixture.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // httpBackend starts a plain HTTP backend that answers "name method host path" and the
 // request headers it saw, and echoes an Upgrade: echo connection.
 func httpBackend(t *testing.T, name string) netip.AddrPort {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := fixture.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // selfSigned returns a certificate for names that is its own CA, for in-process TLS servers.
@@ -25,7 +27,7 @@ var selfSigned = testutil.SelfSigned
 // backend starts a TLS (cert set) or plain echo server that first writes its name.
 func backend(t *testing.T, name string, cert *tls.Certificate) netip.AddrPort {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := fixture.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,14 +60,11 @@ func backend(t *testing.T, name string, cert *tls.Certificate) netip.AddrPort {
 	return netip.MustParseAddrPort(ln.Addr().String())
 }
 
+// freeAddr is a loopback address whose port no other call in this test binary got, and
+// which no backend of it listens on (fixture.FreePort; backends listen with fixture.Listen).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
 }
 
 // dial connects to addr; the connection is closed when the test ends.
@@ -246,7 +245,7 @@ func TestReloadKeepsEstablishedConnections(t *testing.T) {
 		}
 	}
 	// A snapshot whose port cannot be bound changes nothing.
-	busy, _ := net.Listen("tcp", "127.0.0.1:0")
+	busy, _ := fixture.Listen()
 	defer busy.Close()
 	err = p.Apply(snapshot.New(3, []*snapshot.Port{tlsPort(busy.Addr().String(), nil)}))
 	if err == nil {

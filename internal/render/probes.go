@@ -17,10 +17,12 @@ import (
 
 // ProbeTargets is what the certificate probe connects to for each exposure out publishes:
 // the first ready endpoint of its backend Service (the address the gateway dials), started
-// the engine's way, with the external hostnames, and the CA certificates of its
-// TrustAnchor's source as roots. An exposure whose backend has no ready endpoint gets a
-// target without an address: the probe says Unreachable, naming the Service.
-func ProbeTargets(res *resources.Resources, out *Result) map[probe.Key]probe.Target {
+// the engine's way, with the external hostnames, and as roots the bundle its TrustAnchor
+// publishes (bundles, by TrustAnchor: what clients verify with, a rotated-out CA still in
+// it included), or else the CA certificates of the TrustAnchor's source. An exposure whose
+// backend has no ready endpoint gets a target without an address: the probe says
+// Unreachable, naming the Service.
+func ProbeTargets(res *resources.Resources, out *Result, bundles map[types.NamespacedName][]byte) map[probe.Key]probe.Target {
 	targets := map[probe.Key]probe.Target{}
 	for _, x := range out.Exposures {
 		pt := x.Target
@@ -31,7 +33,12 @@ func ProbeTargets(res *resources.Resources, out *Result) map[probe.Key]probe.Tar
 		t := probe.Target{Address: endpoint(res, x.Namespace, pt.Service, pt.ServicePort), Start: e.Start,
 			SNI: pt.Hostnames[0], Hostnames: pt.Hostnames}
 		if pt.TrustAnchor != "" {
-			t.Roots = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+			if b, ok := bundles[types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}]; ok {
+				t.Roots = x509.NewCertPool()
+				t.Roots.AppendCertsFromPEM(b)
+			} else {
+				t.Roots = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+			}
 		}
 		targets[probe.Key{x.Namespace, x.Name}] = t
 	}

@@ -100,6 +100,23 @@ type Warning struct {
 	Message string `json:"message"`
 }
 
+// Bundles returns each TrustAnchor's published ca.crt, by TrustAnchor (the roots clients,
+// and the certificate probe, verify the databases with).
+func (r *Result) Bundles() map[types.NamespacedName][]byte {
+	out := map[types.NamespacedName][]byte{}
+	if r == nil {
+		return out
+	}
+	for _, a := range r.Anchors {
+		for _, s := range r.Secrets {
+			if s.Namespace == a.Namespace && s.Name == a.Status.SecretName {
+				out[types.NamespacedName{Namespace: a.Namespace, Name: a.Name}] = s.Data[BundleKey]
+			}
+		}
+	}
+	return out
+}
+
 // Render renders every TrustAnchor of in.
 func Render(in Input, opts Options) *Result {
 	if opts.Now == nil {

@@ -154,7 +154,7 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	if len(errs) == 0 {
 		a.previous, a.anchors = out, anchors
 	}
-	a.probes.Set(render.ProbeTargets(in.res, out))
+	a.probes.Set(render.ProbeTargets(in.res, out, anchors.Bundles()))
 	return errors.Join(errs...)
 }
 
