@@ -299,15 +299,12 @@ spec:
 				crt, err := testutil.PeerCertTLS(cctx, net.JoinHostPort(addr, "6379"), cache.Name)
 				return serialOf(crt, err)
 			}},
-			{legacy.Name, "", func() (string, error) {
+			{legacy.Name, legacy.CertFile, func() (string, error) {
 				crt, err := testutil.PeerCertMySQL(cctx, net.JoinHostPort(addr, strconv.Itoa(mariaPort)), legacy.Name)
 				return serialOf(crt, err)
 			}},
 		} {
-			want := legacy.Cert.SerialHex()
-			if c.file != "" {
-				want = certFileSerial(t, c.file)
-			}
+			want := certFileSerial(t, c.file)
 			if got, err := c.get(); err != nil || got != want {
 				t.Errorf("%s: serial %s (%v), want %s", c.name, got, err, want)
 			}

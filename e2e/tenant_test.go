@@ -167,6 +167,25 @@ func (tc tenantTraffic) check(t *testing.T) {
 		}
 	})
 
+	t.Run("curl gets the app with the wildcard certificate", func(t *testing.T) {
+		curl := testutil.Binary(t, "curl", "/usr/bin")
+		r := dbRun(t, curl, "-sS", "--max-time", "10", "--cacert", tc.ca.File,
+			"--resolve", "app.example.test:443:"+tc.addr, "https://app.example.test/")
+		if r.err != nil || !strings.Contains(r.stdout, `"name":"app"`) {
+			t.Fatalf("curl: %v", r)
+		}
+	})
+
+	t.Run("openssl through tls-vault sees the backend's own serial", func(t *testing.T) {
+		r := dbRun(t, openssl(t), "s_client", "-connect", net.JoinHostPort(tc.addr, "443"), "-servername", "vault.example.test",
+			"-CAfile", tc.ca.File, "-verify_return_error", "-brief")
+		peer := dbRun(t, "bash", "-c", fmt.Sprintf("openssl s_client -connect %s -servername vault.example.test </dev/null 2>/dev/null | openssl x509 -noout -serial",
+			net.JoinHostPort(tc.addr, "443")))
+		if r.err != nil || strings.TrimSpace(peer.stdout) != "serial="+tc.vault.SerialHex() {
+			t.Fatalf("openssl s_client: %v\nserial: %v, want %s", r, peer, tc.vault.SerialHex())
+		}
+	})
+
 	t.Run("passthrough on 443 reaches the backend's own certificate", func(t *testing.T) {
 		c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(tc.addr, "443"),
 			&tls.Config{ServerName: "vault.example.test", RootCAs: tc.ca.Pool()})

@@ -15,6 +15,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/conditions"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -337,15 +338,22 @@ func (b *build) certificates() {
 			names = append(names, "*."+ch.apex)
 		}
 		cert(t.Name+"-wildcard", t.Name+"-wildcard-tls", names)
-		return
-	}
-	for _, h := range b.https {
-		if strings.HasPrefix(h.hostname, "*.") {
-			// An HTTP-01 challenge cannot prove a wildcard name.
-			b.st.held[h.name] = v1alpha1.ReasonWildcardNeedsDNS01
-			continue
+	} else {
+		for _, h := range b.https {
+			if strings.HasPrefix(h.hostname, "*.") {
+				// An HTTP-01 challenge cannot prove a wildcard name.
+				b.st.held[h.name] = v1alpha1.ReasonWildcardNeedsDNS01
+				continue
+			}
+			cert(t.Name+"-"+h.name, h.secret, []string{h.hostname})
 		}
-		cert(t.Name+"-"+h.name, h.secret, []string{h.hostname})
+	}
+	// Until cert-manager has written a Certificate's Secret, its listeners say so rather
+	// than the Gateway listener's InvalidCertificateRef.
+	for _, h := range b.https {
+		if _, held := b.st.held[h.name]; !held && !b.r.secretExists(t.Namespace, h.secret) {
+			b.st.held[h.name] = v1alpha1.ReasonCertificatePending
+		}
 	}
 }
 
@@ -433,7 +441,7 @@ func Complete(out *Result, st *translate.Status, now func() metav1.Time) {
 		c.Type, c.ObservedGeneration = v1alpha1.ConditionReady, tn.Status.ObservedGeneration
 		// The stored conditions, not render's Pending placeholder: a Ready that stays True
 		// keeps its LastTransitionTime.
-		setCondition(&tn.Status.Conditions, tn.stored, c, now)
+		conditions.Set(&tn.Status.Conditions, tn.stored, c, now)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/conditions"
 	"github.com/snigate/snigate/internal/engine"
 	"github.com/snigate/snigate/internal/translate"
 )
@@ -167,8 +168,8 @@ func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg stri
 }
 
 func (r *renderer) exposureCondition(x *Exposure, d *v1alpha1.DatabaseExposure, typ string, ok bool, reason, msg string) {
-	setCondition(&x.Status.Conditions, d.Status.Conditions, metav1.Condition{
-		Type: typ, Status: boolStatus(ok), Reason: reason, Message: msg, ObservedGeneration: d.Generation,
+	conditions.Set(&x.Status.Conditions, d.Status.Conditions, metav1.Condition{
+		Type: typ, Status: conditions.Status(ok), Reason: reason, Message: msg, ObservedGeneration: d.Generation,
 	}, r.opts.Now)
 }
 
@@ -511,7 +512,7 @@ func completeExposures(out *Result, st *translate.Status, now func() metav1.Time
 				c.Message = fmt.Sprintf("serving %s on port %d", strings.Join(x.Status.Hostnames, ", "), x.Status.Port)
 			}
 		}
-		setCondition(&x.Status.Conditions, x.stored, c, now)
+		conditions.Set(&x.Status.Conditions, x.stored, c, now)
 	}
 }
 

@@ -54,6 +54,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/conditions"
 	"github.com/snigate/snigate/internal/resources"
 )
 
@@ -270,8 +271,8 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	st.Status.ObservedGeneration = t.Generation
 	st.Status.GatewayRef = &v1alpha1.GatewayRef{Name: t.Name, Namespace: t.Namespace}
 	cond := func(typ string, ok bool, reason, msg string) {
-		setCondition(&st.Status.Conditions, src.Status.Conditions, metav1.Condition{
-			Type: typ, Status: boolStatus(ok), Reason: reason, Message: msg, ObservedGeneration: t.Generation,
+		conditions.Set(&st.Status.Conditions, src.Status.Conditions, metav1.Condition{
+			Type: typ, Status: conditions.Status(ok), Reason: reason, Message: msg, ObservedGeneration: t.Generation,
 		}, r.opts.Now)
 	}
 	keepPrevious := func(typ, reason, msg string) {
@@ -350,7 +351,7 @@ func (r *renderer) refuse(t *v1alpha1.TenantGateway, reason, msg string) {
 	st := Tenant{Namespace: t.Namespace, Name: t.Name}
 	st.Status.ObservedGeneration = t.Generation
 	for _, typ := range []string{v1alpha1.ConditionAccepted, v1alpha1.ConditionReady} {
-		setCondition(&st.Status.Conditions, t.Status.Conditions, metav1.Condition{
+		conditions.Set(&st.Status.Conditions, t.Status.Conditions, metav1.Condition{
 			Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: t.Generation,
 		}, r.opts.Now)
 	}
@@ -438,6 +439,11 @@ func (r *renderer) certificateNameInUse(t *v1alpha1.TenantGateway, b *build) str
 func ownedBy(o metav1.Object, t *v1alpha1.TenantGateway) bool {
 	ref := metav1.GetControllerOf(o)
 	return ref != nil && ref.Kind == "TenantGateway" && ref.Name == t.Name && (t.UID == "" || ref.UID == t.UID)
+}
+
+// secretExists reports whether Secret ns/name is in the input.
+func (r *renderer) secretExists(ns, name string) bool {
+	return slices.ContainsFunc(r.in.Secrets, func(s *corev1.Secret) bool { return s.Namespace == ns && s.Name == name })
 }
 
 // wildcardSecret returns the existingSecret mode's Secret, or why it cannot serve.
@@ -544,31 +550,6 @@ func listenerName(hostname string) string {
 }
 
 func redirectName(t *v1alpha1.TenantGateway) string { return t.Name + "-http-redirect" }
-
-func boolStatus(ok bool) metav1.ConditionStatus {
-	if ok {
-		return metav1.ConditionTrue
-	}
-	return metav1.ConditionFalse
-}
-
-// setCondition adds c to conds, keeping the LastTransitionTime of prev's condition of the
-// same type when its status did not change (it only moves on a transition).
-func setCondition(conds *[]metav1.Condition, prev []metav1.Condition, c metav1.Condition, now func() metav1.Time) {
-	c.LastTransitionTime = now()
-	for _, p := range prev {
-		if p.Type == c.Type && p.Status == c.Status {
-			c.LastTransitionTime = p.LastTransitionTime
-		}
-	}
-	for i := range *conds {
-		if (*conds)[i].Type == c.Type {
-			(*conds)[i] = c
-			return
-		}
-	}
-	*conds = append(*conds, c)
-}
 
 // conditionOrder is the order conditions are listed in.
 var conditionOrder = map[string]int{v1alpha1.ConditionAccepted: 0, v1alpha1.ConditionReady: 1, v1alpha1.ConditionListenerBudget: 2,

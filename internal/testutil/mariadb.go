@@ -31,12 +31,14 @@ type MariaDBOptions struct {
 // require_secure_transport=ON so that every TCP client must use it. User/Password log in from
 // anywhere; database snigate holds table instance(name) with one row: Name.
 type MariaDB struct {
-	Name     string
-	Port     int
-	Addr     string // 127.0.0.1:Port
-	Dir      string
-	DataDir  string
-	Socket   string
+	Name    string
+	Port    int
+	Addr    string // 127.0.0.1:Port, or the Netns IP and Port
+	Dir     string
+	DataDir string
+	Socket  string
+	// CertFile is the server's certificate file (--ssl-cert).
+	CertFile string
 	User     string
 	Password string
 	Database string
@@ -90,6 +92,7 @@ func StartMariaDB(t testing.TB, o MariaDBOptions) *MariaDB {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.CertFile = certPath
 	caPath := o.CA.WriteFile(t, dir)
 
 	m.Port = withPortRetry(t, func(port int) error {

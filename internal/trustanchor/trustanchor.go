@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/conditions"
 )
 
 // Names and limits of the projection.
@@ -173,8 +174,8 @@ func (r *renderer) anchor(src *v1alpha1.TrustAnchor) {
 	st := &Anchor{Namespace: t.Namespace, Name: t.Name}
 	st.Status.ObservedGeneration = t.Generation
 	ready := func(ok bool, reason, msg string) {
-		setCondition(&st.Status.Conditions, src.Status.Conditions, metav1.Condition{
-			Type: v1alpha1.ConditionReady, Status: boolStatus(ok), Reason: reason, Message: msg, ObservedGeneration: t.Generation,
+		conditions.Set(&st.Status.Conditions, src.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionReady, Status: conditions.Status(ok), Reason: reason, Message: msg, ObservedGeneration: t.Generation,
 		}, r.opts.Now)
 	}
 	prev := r.previous(src, t)
@@ -573,31 +574,6 @@ func sortObjects[T metav1.Object](objs []T) {
 	slices.SortFunc(objs, func(a, b T) int {
 		return cmp.Or(strings.Compare(a.GetNamespace(), b.GetNamespace()), strings.Compare(a.GetName(), b.GetName()))
 	})
-}
-
-func boolStatus(ok bool) metav1.ConditionStatus {
-	if ok {
-		return metav1.ConditionTrue
-	}
-	return metav1.ConditionFalse
-}
-
-// setCondition adds c to conds, keeping the LastTransitionTime of prev's condition of the
-// same type when its status did not change (it only moves on a transition).
-func setCondition(conds *[]metav1.Condition, prev []metav1.Condition, c metav1.Condition, now func() metav1.Time) {
-	c.LastTransitionTime = now()
-	for _, p := range prev {
-		if p.Type == c.Type && p.Status == c.Status {
-			c.LastTransitionTime = p.LastTransitionTime
-		}
-	}
-	for i := range *conds {
-		if (*conds)[i].Type == c.Type {
-			(*conds)[i] = c
-			return
-		}
-	}
-	*conds = append(*conds, c)
 }
 
 // reuse replaces each object of objs equal to one of prev (same namespace and name, equal

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
@@ -59,14 +61,16 @@ func TestDatabaseExposureOnRealAPIServer(t *testing.T) {
 		dbx("legacy", v1alpha1.EngineMariaDB, 3306, func(d *v1alpha1.DatabaseExposure) { d.Spec.Port = ptrTo(int32(13306)) }),
 	)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c, err := New(Config{REST: kc.As(kubetest.ControllerUser), Logger: log})
+	// Provisioning on: the Gateway's LoadBalancer Service carries a port per listener port.
+	c, err := New(Config{REST: kc.As(kubetest.ControllerUser), Logger: log,
+		Provision: &provision.Options{Image: "registry.example/snigate:test"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runUntilCleanup(t, c)
 
-	// state is the Gateway's database listeners and every TLSRoute and TCPRoute, each
-	// route with its hostnames and the exposure that controls it.
+	// state is the Gateway's database listeners, its provisioned Service's ports and every
+	// TLSRoute and TCPRoute, each route with its hostnames and the exposure that controls it.
 	state := func() (string, error) {
 		var gw gwv1.Gateway
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "acme"}, &gw); err != nil {
@@ -78,6 +82,15 @@ func TestDatabaseExposureOnRealAPIServer(t *testing.T) {
 				parts = append(parts, fmt.Sprintf("%s:%d", l.Name, l.Port))
 			}
 		}
+		var svc corev1.Service
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: provision.Name(&gw)}, &svc); err != nil {
+			return "", fmt.Errorf("the provisioned Service: %w", err)
+		}
+		var ports []string
+		for _, p := range svc.Spec.Ports {
+			ports = append(ports, strconv.Itoa(int(p.Port)))
+		}
+		parts = append(parts, "service["+strings.Join(ports, ",")+"]")
 		var tls gwv1.TLSRouteList
 		var tcp gwv1.TCPRouteList
 		if err := cl.List(ctx, &tls); err != nil {
@@ -118,7 +131,7 @@ func TestDatabaseExposureOnRealAPIServer(t *testing.T) {
 	}
 
 	t.Run("each release gets its route on its engine's listener", func(t *testing.T) {
-		expect(t, "rendered", "tls-postgres:5432 tls-redis:6379 tcp-legacy:13306 | "+
+		expect(t, "rendered", "tls-postgres:5432 tls-redis:6379 tcp-legacy:13306 service[80,5432,6379,13306] | "+
 			"TCPRoute legacy by DatabaseExposure/legacy, "+
 			"TLSRoute billing [billing.postgres.acme.example.test billing.acme.example.test] by DatabaseExposure/billing, "+
 			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache, "+
@@ -151,14 +164,14 @@ func TestDatabaseExposureOnRealAPIServer(t *testing.T) {
 		if err := cl.Delete(ctx, &v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "orders"}}); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, "orders gone", "tls-postgres:5432 tls-redis:6379 tcp-legacy:13306 | "+
+		expect(t, "orders gone", "tls-postgres:5432 tls-redis:6379 tcp-legacy:13306 service[80,5432,6379,13306] | "+
 			"TCPRoute legacy by DatabaseExposure/legacy, "+
 			"TLSRoute billing [billing.postgres.acme.example.test billing.acme.example.test] by DatabaseExposure/billing, "+
 			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache")
 		if err := cl.Delete(ctx, &v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "billing"}}); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, "the last PostgreSQL gone", "tls-redis:6379 tcp-legacy:13306 | "+
+		expect(t, "the last PostgreSQL gone: its listener and its Service port", "tls-redis:6379 tcp-legacy:13306 service[80,6379,13306] | "+
 			"TCPRoute legacy by DatabaseExposure/legacy, "+
 			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache")
 	})
@@ -175,7 +188,7 @@ func TestDatabaseExposureOnRealAPIServer(t *testing.T) {
 			}
 			return nil
 		})
-		expect(t, "no route for the loser", "tls-redis:6379 tcp-legacy:13306 | "+
+		expect(t, "no route for the loser", "tls-redis:6379 tcp-legacy:13306 service[80,6379,13306] | "+
 			"TCPRoute legacy by DatabaseExposure/legacy, "+
 			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache")
 	})

@@ -238,22 +238,10 @@ func (a *tenantApplier) deleteStaleAnchorObjects(ctx context.Context, want map[o
 func (a *tenantApplier) writeAnchorStatus(ctx context.Context, r *trustanchor.Result) []error {
 	var errs []error
 	for _, an := range r.Anchors {
-		want := an.Status
-		var stored *v1alpha1.TrustAnchor
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var cur v1alpha1.TrustAnchor
-			if err := a.api.Get(ctx, types.NamespacedName{Namespace: an.Namespace, Name: an.Name}, &cur); err != nil {
-				return err
-			}
-			stored = &cur
-			if equality.Semantic.DeepEqual(cur.Status, want) {
-				return nil
-			}
-			cur.Status = want
-			return a.cl.Status().Update(ctx, &cur)
-		})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("status of TrustAnchor %s/%s: %w", an.Namespace, an.Name, err))
+		stored, err := updateStatus(ctx, a, "TrustAnchor", types.NamespacedName{Namespace: an.Namespace, Name: an.Name},
+			func(o *v1alpha1.TrustAnchor) *v1alpha1.TrustAnchorStatus { return &o.Status }, an.Status)
+		if err != nil {
+			errs = append(errs, err)
 		}
 		if a.events != nil && stored != nil {
 			for _, w := range an.Warnings {
@@ -480,44 +468,47 @@ func (a *tenantApplier) patchNamespace(ctx context.Context, ns *corev1.Namespace
 	return nil
 }
 
-// writeStatus writes each TenantGateway's status where it differs from the stored one.
+// writeStatus writes each TenantGateway's and DatabaseExposure's status where it differs
+// from the stored one.
 func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resources, out *render.Result) []error {
 	var errs []error
 	for _, t := range out.Tenants {
-		want := t.Status
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			// The stored object, not the cache's: right after this applier's own write the
-			// cache lags behind, and an update from it would only conflict.
-			var cur v1alpha1.TenantGateway
-			if err := a.api.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &cur); err != nil {
-				return err
-			}
-			if equality.Semantic.DeepEqual(cur.Status, want) {
-				return nil
-			}
-			cur.Status = want
-			return a.cl.Status().Update(ctx, &cur)
-		})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("status of TenantGateway %s/%s: %w", t.Namespace, t.Name, err))
-		}
+		_, err := updateStatus(ctx, a, "TenantGateway", types.NamespacedName{Namespace: t.Namespace, Name: t.Name},
+			func(o *v1alpha1.TenantGateway) *v1alpha1.TenantGatewayStatus { return &o.Status }, t.Status)
+		errs = append(errs, err)
 	}
 	for _, x := range out.Exposures {
-		want := x.Status
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var cur v1alpha1.DatabaseExposure
-			if err := a.api.Get(ctx, types.NamespacedName{Namespace: x.Namespace, Name: x.Name}, &cur); err != nil {
-				return err
-			}
-			if equality.Semantic.DeepEqual(cur.Status, want) {
-				return nil
-			}
-			cur.Status = want
-			return a.cl.Status().Update(ctx, &cur)
-		})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("status of DatabaseExposure %s/%s: %w", x.Namespace, x.Name, err))
-		}
+		_, err := updateStatus(ctx, a, "DatabaseExposure", types.NamespacedName{Namespace: x.Namespace, Name: x.Name},
+			func(o *v1alpha1.DatabaseExposure) *v1alpha1.DatabaseExposureStatus { return &o.Status }, x.Status)
+		errs = append(errs, err)
 	}
-	return errs
+	return slices.DeleteFunc(errs, func(e error) bool { return e == nil })
+}
+
+// updateStatus writes want as the status (status(obj)) of the stored object key of kind
+// kind, when it differs, retrying on conflict, and returns the stored object (nil when it
+// is gone, which is no error: its status has no one to show it to).
+func updateStatus[T any, PT interface {
+	*T
+	client.Object
+}, S any](ctx context.Context, a *tenantApplier, kind string, key types.NamespacedName, status func(PT) *S, want S) (PT, error) {
+	var stored PT
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		// The stored object, not the cache's: right after this applier's own write the
+		// cache lags behind, and an update from it would only conflict.
+		cur := PT(new(T))
+		if err := a.api.Get(ctx, key, cur); err != nil {
+			return err
+		}
+		stored = cur
+		if equality.Semantic.DeepEqual(*status(cur), want) {
+			return nil
+		}
+		*status(cur) = want
+		return a.cl.Status().Update(ctx, cur)
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return stored, fmt.Errorf("status of %s %s: %w", kind, key, err)
+	}
+	return stored, nil
 }
