@@ -177,12 +177,21 @@ type ACMEIssuer struct {
 	Email string `json:"email,omitempty"`
 }
 
-// SecretRef names a Secret in the same namespace.
+// SecretRef names a Secret, in the same namespace unless Namespace says otherwise.
 type SecretRef struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+	// Namespace holds the Secret when it is not the TenantGateway's (one wildcard key for
+	// several tenants, instead of a copy of the key in each namespace). A ReferenceGrant in
+	// that namespace must allow Gateways of the TenantGateway's namespace to reference it;
+	// without one the HTTPS listeners serve nothing and Ready says RefNotPermitted.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // PassthroughListener is a TLS Passthrough listener on a port of its own.
@@ -305,6 +314,7 @@ const (
 	ReasonNoIssuer                = "NoIssuer"
 	ReasonCertManagerNotInstalled = "CertManagerNotInstalled"
 	ReasonWildcardNeedsDNS01      = "WildcardNeedsDNS01"
+	ReasonRefNotPermitted         = "RefNotPermitted"
 )
 
 // TenantGatewayList is a list of TenantGateways.

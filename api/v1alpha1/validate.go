@@ -116,6 +116,9 @@ func (c *Certificates) validate(p *field.Path) field.ErrorList {
 	if c.WildcardSecretRef != nil && (len(c.WildcardSecretRef.Name) == 0 || len(c.WildcardSecretRef.Name) > 253) {
 		errs = append(errs, field.Invalid(p.Child("wildcardSecretRef", "name"), c.WildcardSecretRef.Name, "must be 1-253 characters"))
 	}
+	if c.WildcardSecretRef != nil && c.WildcardSecretRef.Namespace != "" {
+		errs = append(errs, pattern(p.Child("wildcardSecretRef", "namespace"), c.WildcardSecretRef.Namespace, 63, labelRE)...)
+	}
 	if c.Mode == CertificatesDNS01 && c.DNS01 == nil && c.IssuerRef == nil {
 		errs = append(errs, field.Required(p.Child("dns01"), "mode dns01 needs dns01 (a solver) or issuerRef (an issuer that has one)"))
 	}

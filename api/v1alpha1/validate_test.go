@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ type validationCase struct {
 	kind  string // "" is TenantGateway
 }
 
-var validationCases = append(tenantGatewayCases, append(databaseExposureCases, trustAnchorCases...)...)
+var validationCases = slices.Concat(tenantGatewayCases, crossNamespaceCases, databaseExposureCases, trustAnchorCases)
 
 var tenantGatewayCases = []validationCase{
 	{"minimal", `apex: acme.example.com`, "", ""},
@@ -121,6 +122,15 @@ certificates: {acme: {server: "https://acme.example/dir", email: ops@example.com
 	{"unknown mode", `
 apex: a.example.com
 certificates: {mode: selfSigned}`, "spec.certificates.mode", ""},
+}
+
+var crossNamespaceCases = []validationCase{
+	{"existingSecret in another namespace", `
+apex: a.example.com
+certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard, namespace: platform}}`, "", ""},
+	{"existingSecret namespace not a label", `
+apex: a.example.com
+certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard, namespace: Platform}}`, "spec.certificates.wildcardSecretRef.namespace", ""},
 }
 
 var databaseExposureCases = []validationCase{

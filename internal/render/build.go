@@ -40,6 +40,8 @@ type build struct {
 
 type httpsListener struct {
 	name, hostname, secret string
+	// secretNS is the Secret's namespace when it is not the TenantGateway's ("" otherwise).
+	secretNS string
 }
 
 // meta is the metadata of every rendered object: t's namespace, its label and, when t has a
@@ -102,24 +104,31 @@ func (b *build) listeners() {
 	case v1alpha1.CertificatesHTTP01:
 		for _, h := range b.httpHostnames() {
 			name := listenerName(h)
-			b.https = append(b.https, httpsListener{name, h, t.Name + "-" + name + "-tls"})
+			b.https = append(b.https, httpsListener{name: name, hostname: h, secret: t.Name + "-" + name + "-tls"})
 		}
 	default:
-		secret := t.Name + "-wildcard-tls"
+		secret, secretNS := t.Name+"-wildcard-tls", ""
 		if mode == v1alpha1.CertificatesExistingSecret {
 			secret = t.Spec.Certificates.WildcardSecretRef.Name
+			if ns := wildcardNamespace(t); ns != t.Namespace {
+				secretNS = ns
+			}
 		}
-		b.https = append(b.https, httpsListener{"https", "*." + apex, secret}, httpsListener{"https-apex", apex, secret})
+		b.https = append(b.https, httpsListener{"https", "*." + apex, secret, secretNS}, httpsListener{"https-apex", apex, secret, secretNS})
 		for _, c := range b.tree.children {
-			b.https = append(b.https, httpsListener{listenerName("*." + c.apex), "*." + c.apex, secret})
+			b.https = append(b.https, httpsListener{listenerName("*." + c.apex), "*." + c.apex, secret, secretNS})
 		}
 	}
 	for _, h := range b.https {
+		ref := gwv1.SecretObjectReference{Name: gwv1.ObjectName(h.secret)}
+		if h.secretNS != "" {
+			ref.Namespace = ptr(gwv1.Namespace(h.secretNS))
+		}
 		add(gwv1.Listener{
 			Name: gwv1.SectionName(h.name), Port: 443, Protocol: gwv1.HTTPSProtocolType, Hostname: ptr(gwv1.Hostname(h.hostname)),
 			TLS: &gwv1.ListenerTLSConfig{
 				Mode:            ptr(gwv1.TLSModeTerminate),
-				CertificateRefs: []gwv1.SecretObjectReference{{Name: gwv1.ObjectName(h.secret)}},
+				CertificateRefs: []gwv1.SecretObjectReference{ref},
 			},
 			AllowedRoutes: b.fromTree("HTTPRoute"),
 		})
@@ -363,6 +372,9 @@ func (b *build) listenerStatus() []v1alpha1.TenantListenerStatus {
 	secret := map[string]string{}
 	for _, h := range b.https {
 		secret[h.name] = h.secret
+		if h.secretNS != "" {
+			secret[h.name] = h.secretNS + "/" + h.secret
+		}
 	}
 	var out []v1alpha1.TenantListenerStatus
 	for _, l := range b.gw.Spec.Listeners {

@@ -56,6 +56,7 @@ import (
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/conditions"
 	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/translate"
 )
 
 // Labels and limits of the tenant model.
@@ -318,6 +319,13 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 		return
 	}
 	secret, reason, msg := r.wildcardSecret(t)
+	// Without the ReferenceGrant the Gateway is rendered (its other listeners serve) and
+	// its HTTPS listeners are held: translate refuses the reference too, so a revoked grant
+	// stops new handshakes at once rather than keeping the previous Gateway's certificate.
+	refused := ""
+	if reason == v1alpha1.ReasonRefNotPermitted {
+		refused, reason = msg, ""
+	}
 	if reason != "" {
 		keepPrevious(v1alpha1.ConditionReady, reason, msg)
 		return
@@ -333,7 +341,14 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 		r.out.Secrets = append(r.out.Secrets, secret)
 	}
 	cond(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "the spec is valid")
-	cond(v1alpha1.ConditionReady, false, v1alpha1.ReasonPending, "waiting for the Gateway to be programmed")
+	if refused != "" {
+		for _, h := range b.https {
+			st.held[h.name] = v1alpha1.ReasonRefNotPermitted
+		}
+		cond(v1alpha1.ConditionReady, false, v1alpha1.ReasonRefNotPermitted, refused)
+	} else {
+		cond(v1alpha1.ConditionReady, false, v1alpha1.ReasonPending, "waiting for the Gateway to be programmed")
+	}
 	st.gw, st.Rendered = b.gw, true
 	st.Status.Listeners = b.listenerStatus()
 	r.out.Gateways = append(r.out.Gateways, b.gw)
@@ -452,18 +467,33 @@ func (r *renderer) wildcardSecret(t *v1alpha1.TenantGateway) (secret *corev1.Sec
 	if c.Mode != v1alpha1.CertificatesExistingSecret {
 		return nil, "", ""
 	}
-	name := c.WildcardSecretRef.Name
+	name, ns := c.WildcardSecretRef.Name, wildcardNamespace(t)
+	if ns != t.Namespace && !translate.Granted(r.in.ReferenceGrants, "Gateway", t.Namespace, "Secret", ns, name) {
+		// Checked before the Secret is looked at: without the grant nothing of it is used,
+		// not even the last good copy.
+		return nil, v1alpha1.ReasonRefNotPermitted, fmt.Sprintf(
+			"spec.certificates.wildcardSecretRef: Secret %s/%s is in another namespace and no ReferenceGrant in %s allows Gateways from %s to reference it: the HTTPS listeners serve nothing",
+			ns, name, ns, t.Namespace)
+	}
 	for _, s := range r.in.Secrets {
-		if s.Namespace != t.Namespace || s.Name != name {
+		if s.Namespace != ns || s.Name != name {
 			continue
 		}
 		if s.Type != corev1.SecretTypeTLS || len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
 			return nil, v1alpha1.ReasonInvalidSecret, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s is type %q; want %s with %s and %s",
-				t.Namespace, name, s.Type, corev1.SecretTypeTLS, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+				ns, name, s.Type, corev1.SecretTypeTLS, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
 		}
 		return s, "", ""
 	}
-	return nil, v1alpha1.ReasonSecretNotFound, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s not found", t.Namespace, name)
+	return nil, v1alpha1.ReasonSecretNotFound, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s not found", ns, name)
+}
+
+// wildcardNamespace is the namespace of the existingSecret mode's Secret.
+func wildcardNamespace(t *v1alpha1.TenantGateway) string {
+	if ref := t.Spec.Certificates.WildcardSecretRef; ref != nil && ref.Namespace != "" {
+		return ref.Namespace
+	}
+	return t.Namespace
 }
 
 // tree is t's namespaces: its own, its children (labelled snigate.dev/gateway=<ns>) and

@@ -278,7 +278,18 @@ func (t *translator) namespaceLabels(ns string) labels.Set {
 // (fromKind in fromNS, group gateway.networking.k8s.io) to the object toKind/toNS/toName of
 // the core group.
 func (t *translator) granted(fromKind, fromNS, toKind, toNS, toName string) bool {
-	for _, g := range t.grants[toNS] {
+	return Granted(t.grants[toNS], fromKind, fromNS, toKind, toNS, toName)
+}
+
+// Granted reports whether one of grants (ReferenceGrants; those of other namespaces than
+// toNS are ignored) allows a reference from fromKind of group gateway.networking.k8s.io in
+// fromNS to the core-group object toKind toNS/toName. The render stage asks it too, so that
+// a TenantGateway's status says RefNotPermitted exactly when translate refuses the ref.
+func Granted(grants []*gwv1.ReferenceGrant, fromKind, fromNS, toKind, toNS, toName string) bool {
+	for _, g := range grants {
+		if g.Namespace != toNS {
+			continue
+		}
 		from := slices.ContainsFunc(g.Spec.From, func(f gwv1.ReferenceGrantFrom) bool {
 			return string(f.Group) == groupGateway && string(f.Kind) == fromKind && string(f.Namespace) == fromNS
 		})
