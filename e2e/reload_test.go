@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // reloadSetup starts a gateway with one passthrough listener, Services svc-a and svc-b (echo
@@ -215,4 +216,91 @@ func waitRefused(t *testing.T, port int) {
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// Hot rotation of a terminate listener's certificate: when its Secret changes, new
+// handshakes get the new certificate within a second of the reload, a connection opened
+// before keeps flowing, and a bounded loop of handshakes running through the switch has no
+// failure.
+func TestCertificateRotation(t *testing.T) {
+	t.Parallel()
+	ca := testutil.NewCA(t)
+	old, renewed := ca.Issue(t, "term.test"), ca.Issue(t, "term.test")
+	port := testutil.FreePorts(t, 1)[0]
+	dir := configDir(t)
+	writeFile(t, dir, "gateway.yaml", docs(
+		gatewayYAML(terminate("term", port, "term.test", "cert-term")),
+		routeYAML("route-term", "term", []string{"term.test"}, to("svc-plain")),
+		serviceYAML("svc-plain", startEcho(t, "echo-plain", nil)),
+	))
+	writeFile(t, dir, "secret.yaml", secretYAML("cert-term", old))
+	g := startGateway(t, dir)
+
+	long := dialTLS(t, port, ca.ClientConfig("term.test"))
+	if got := long.peerSerial(); got.Cmp(old.Serial) != 0 {
+		t.Fatalf("before: serial %X, want the first certificate's", got)
+	}
+	long.roundTrip("before the rotation\n")
+
+	// Handshakes in a loop across the switch: at most 300, each bounded by ioTimeout.
+	type result struct {
+		serial string
+		err    error
+	}
+	results := make(chan result, 300)
+	stop := make(chan struct{})
+	go func() {
+		defer close(results)
+		for range 300 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s, err := tryTLS(port, ca.ClientConfig("term.test"))
+			if err != nil {
+				results <- result{err: err}
+				continue
+			}
+			results <- result{serial: fixture.SerialHex(s.peerSerial())}
+			s.raw.Close()
+		}
+	}()
+
+	gen := g.generation(t)
+	writeFile(t, dir, "secret.yaml", secretYAML("cert-term", renewed))
+	g.waitGeneration(t, gen)
+	applied := time.Now()
+	deadline := applied.Add(time.Second)
+	for {
+		s := dialTLS(t, port, ca.ClientConfig("term.test"))
+		got := s.peerSerial()
+		s.raw.Close()
+		if got.Cmp(renewed.Serial) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a second after the reload new handshakes still get serial %X", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	var n, failed, seenNew int
+	for r := range results {
+		n++
+		if r.err != nil {
+			failed++
+			t.Errorf("handshake during the rotation: %v", r.err)
+		}
+		if r.serial == renewed.SerialHex() {
+			seenNew++
+		}
+	}
+	t.Logf("%d handshakes across the rotation, %d failed, %d with the new certificate", n, failed, seenNew)
+
+	long.roundTrip("after the rotation, the old session still flows\n")
+	if got := long.peerSerial(); got.Cmp(old.Serial) != 0 {
+		t.Errorf("the open connection's certificate changed: %X", got)
+	}
+	long.finish()
 }
