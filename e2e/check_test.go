@@ -139,3 +139,35 @@ func repoRootDir(t *testing.T) string {
 	}
 	return filepath.Dir(filepath.Dir(file))
 }
+
+// `snigate check` of examples/databases shows each exposure's listener, hostnames,
+// conditions and client command, and the TrustAnchor's published CA; `snigate render`
+// prints one TLSRoute per exposure.
+func TestCheckAndRenderDatabasesExample(t *testing.T) {
+	needBinary(t)
+	example := filepath.Join(repoRootDir(t), "examples", "databases")
+	out, code := runCheck(t, example)
+	if code != 0 {
+		t.Fatalf("snigate check -f examples/databases: exit %d\n%s", code, out)
+	}
+	for _, want := range []string{
+		"listener tls-postgres  :5432  *.db.demo.test  routes: 2  ready",
+		"DatabaseExposure demo/orders  engine: postgres  listener tls-postgres :5432  hostnames: orders.postgres.db.demo.test, orders.db.demo.test",
+		"Accepted=True (Accepted)  Programmed=True (Programmed)",
+		`connect: psql "host=orders.postgres.db.demo.test port=5432 dbname=postgres sslmode=verify-full sslrootcert=demo.tenant-ca.crt"`,
+		"connect: redis-cli -h cache.redis.db.demo.test -p 6379 --tls --sni cache.redis.db.demo.test --cacert demo.tenant-ca.crt PING",
+		"TrustAnchor demo/demo-ca  publishes: Secret demo.tenant-ca",
+		"Ready=True (Published)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	b, err := exec.Command(snigateBin, "render", "-f", example).Output()
+	if err != nil {
+		t.Fatalf("snigate render: %v", err)
+	}
+	if n := strings.Count(string(b), "\nkind: TLSRoute\n"); n != 3 {
+		t.Errorf("render: %d TLSRoutes, want one per exposure:\n%s", n, b)
+	}
+}
