@@ -97,6 +97,14 @@ type DatabaseExposureSpec struct {
 	// +optional
 	TrustAnchorRef *LocalRef `json:"trustAnchorRef,omitempty"`
 
+	// CertificateRef names the cert-manager Certificate (same namespace) whose Secret the
+	// database serves: snigate adds the external hostnames to its dnsNames (and takes off
+	// only those again when the exposure goes), so that cert-manager reissues a certificate
+	// that names them. Without it, CertificateVerified lists the names to add by hand.
+	//
+	// +optional
+	CertificateRef *LocalRef `json:"certificateRef,omitempty"`
+
 	// TenantGatewayRef names the TenantGateway to publish through (default: the one whose
 	// tree the namespace is in).
 	//

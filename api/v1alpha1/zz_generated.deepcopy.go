@@ -152,6 +152,11 @@ func (in *DatabaseExposureSpec) DeepCopyInto(out *DatabaseExposureSpec) {
 		*out = new(LocalRef)
 		**out = **in
 	}
+	if in.CertificateRef != nil {
+		in, out := &in.CertificateRef, &out.CertificateRef
+		*out = new(LocalRef)
+		**out = **in
+	}
 	if in.TenantGatewayRef != nil {
 		in, out := &in.TenantGatewayRef, &out.TenantGatewayRef
 		*out = new(TenantGatewayRef)

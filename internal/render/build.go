@@ -36,6 +36,7 @@ type build struct {
 	tlsRoutes      []*gwv1.TLSRoute
 	tcpRoutes      []*gwv1.TCPRoute
 	exposureStatus []Exposure
+	certNames      []CertificateNames
 }
 
 type httpsListener struct {

@@ -37,6 +37,15 @@ type Exposure struct {
 	stored  []metav1.Condition // the conditions the input object carried
 }
 
+// CertificateNames are the external hostnames snigate adds to a cert-manager Certificate
+// that exposures name in spec.certificateRef (all of them, for a Certificate several
+// exposures share).
+type CertificateNames struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Hostnames []string `json:"hostnames"`
+}
+
 // ProbeTarget is how the certificate probe reaches an exposure's backend: the Service the
 // exposure names, the engine (how its clients start TLS) and the external hostnames the
 // certificate must name (the first is the SNI).
@@ -154,6 +163,11 @@ func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg stri
 		}
 		x.Rendered = false
 		r.out.Exposures = append(r.out.Exposures, x)
+		if ref := in.d.Spec.CertificateRef; ref != nil && len(x.Status.Hostnames) > 0 {
+			// Its Certificate keeps the names the kept route serves.
+			r.out.CertificateNames = mergeCertificateNames(r.out.CertificateNames,
+				[]CertificateNames{{Namespace: k[0], Name: ref.Name, Hostnames: x.Status.Hostnames}})
+		}
 		for _, tr := range r.opts.Previous.TLSRoutes {
 			if tr.Namespace == k[0] && tr.Name == k[1] {
 				r.out.TLSRoutes = append(r.out.TLSRoutes, tr)
@@ -407,6 +421,9 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 		ca = b.r.anchorRelease(d.Namespace, ref.Name) + ".tenant-ca.crt"
 	}
 	x.Status.Connect = e.Connect(hosts[0], l.port, ca)
+	if ref := d.Spec.CertificateRef; ref != nil {
+		b.certNames = append(b.certNames, CertificateNames{Namespace: d.Namespace, Name: ref.Name, Hostnames: hosts})
+	}
 	x.Target = &ProbeTarget{Engine: d.Spec.Engine, Service: d.Spec.BackendRef.Name, ServicePort: d.Spec.BackendRef.Port, Hostnames: hosts, TrustAnchor: anchor}
 	b.r.exposureCondition(&x, in.src, v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted,
 		fmt.Sprintf("published as %s on listener %s (port %d) of Gateway %s/%s", strings.Join(hosts, ", "), l.name, l.port, b.t.Namespace, b.t.Name))
@@ -523,4 +540,21 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// mergeCertificateNames adds more to names, one entry per Certificate with the union of
+// its hostnames, both sorted.
+func mergeCertificateNames(names, more []CertificateNames) []CertificateNames {
+	for _, m := range more {
+		i := slices.IndexFunc(names, func(n CertificateNames) bool { return n.Namespace == m.Namespace && n.Name == m.Name })
+		if i < 0 {
+			names = append(names, CertificateNames{Namespace: m.Namespace, Name: m.Name})
+			i = len(names) - 1
+		}
+		names[i].Hostnames = uniqueSorted(append(names[i].Hostnames, m.Hostnames...)...)
+	}
+	slices.SortFunc(names, func(a, b CertificateNames) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return names
 }

@@ -42,6 +42,7 @@ type golden struct {
 	Certificates []*cmv1.Certificate       `json:"certificates,omitempty"`
 	Tenants      []Tenant                  `json:"tenants,omitempty"`
 	Exposures    []Exposure                `json:"databaseExposures,omitempty"`
+	CertNames    []CertificateNames        `json:"certificateNames,omitempty"`
 	Errors       []string                  `json:"translateErrors,omitempty"`
 	Gateway      []translate.GatewayStatus `json:"gatewayStatus,omitempty"`
 	// Routes is each route's Accepted condition per parent: which routes the tenant tree let in.
@@ -59,7 +60,7 @@ func run(res *resources.Resources, opts Options) (*Result, *translate.Result) {
 func renderGolden(t *testing.T, out *Result, tr *translate.Result) string {
 	t.Helper()
 	g := golden{Gateways: out.Gateways, HTTPRoutes: out.HTTPRoutes, TLSRoutes: out.TLSRoutes, TCPRoutes: out.TCPRoutes,
-		Issuers: out.Issuers, Certificates: out.Certificates, Tenants: out.Tenants, Exposures: out.Exposures}
+		Issuers: out.Issuers, Certificates: out.Certificates, Tenants: out.Tenants, Exposures: out.Exposures, CertNames: out.CertificateNames}
 	for _, e := range tr.Errors {
 		g.Errors = append(g.Errors, e.Error())
 	}

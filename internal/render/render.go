@@ -119,6 +119,9 @@ type Result struct {
 	Tenants []Tenant
 	// Exposures holds the status of every DatabaseExposure, in namespace/name order.
 	Exposures []Exposure
+	// CertificateNames are, per cert-manager Certificate an exposure names, the hostnames
+	// to add to its dnsNames (namespace/name order; a cluster's controller applies them).
+	CertificateNames []CertificateNames
 }
 
 // Tenant is one TenantGateway's status, and the Gateway rendered for it (nil when none).
@@ -356,6 +359,7 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	r.out.TLSRoutes = append(r.out.TLSRoutes, b.tlsRoutes...)
 	r.out.TCPRoutes = append(r.out.TCPRoutes, b.tcpRoutes...)
 	r.out.Exposures = append(r.out.Exposures, b.exposureStatus...)
+	r.out.CertificateNames = mergeCertificateNames(r.out.CertificateNames, b.certNames)
 	r.out.Issuers = append(r.out.Issuers, b.issuers...)
 	r.out.Certificates = append(r.out.Certificates, b.certs...)
 	r.out.Tenants = append(r.out.Tenants, *st)

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
@@ -199,4 +201,60 @@ func TestDatabaseExposureOnRealAPIServer(t *testing.T) {
 			t.Errorf("create with tls.enabled false: %v", err)
 		}
 	})
+}
+
+// A DatabaseExposure's spec.certificateRef makes the controller add the external hostnames
+// to that cert-manager Certificate's dnsNames, keeping the owner's, and take off only its
+// own when the exposure goes.
+func TestDatabaseExposureCertificateNames(t *testing.T) {
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := append(append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...), kubetest.CertManagerCRDs(t)...)
+	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme, Options: kubetest.Options{CRDs: crds}})
+	cl, ctx := kc.Client, context.Background()
+	for _, o := range []client.Object{
+		&gwv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "snigate"}, Spec: gwv1.GatewayClassSpec{ControllerName: "snigate.dev/gateway-controller"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "acme"}},
+		&v1alpha1.TenantGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme"}, Spec: v1alpha1.TenantGatewaySpec{Apex: "acme.example.test"}},
+		// The database's own Certificate, as its chart wrote it.
+		&cmv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "orders-tls"}, Spec: cmv1.CertificateSpec{
+			SecretName: "orders-tls", DNSNames: []string{"orders.acme.svc"}, IssuerRef: cmmeta.IssuerReference{Name: "db-ca", Kind: "Issuer"}}},
+		&v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "orders"}, Spec: v1alpha1.DatabaseExposureSpec{
+			Engine: v1alpha1.EnginePostgres, BackendRef: v1alpha1.DatabaseBackendRef{Name: "orders", Port: 5432},
+			CertificateRef: &v1alpha1.LocalRef{Name: "orders-tls"}}},
+	} {
+		if err := cl.Create(ctx, o, client.FieldOwner("helm")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c, err := New(Config{REST: kc.As(kubetest.ControllerUser), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, c)
+	names := func(want, annotation string) func() error {
+		return func() error {
+			var crt cmv1.Certificate
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "orders-tls"}, &crt); err != nil {
+				return err
+			}
+			if got := strings.Join(crt.Spec.DNSNames, " "); got != want || crt.Annotations[AnnotationDNSNamesAdded] != annotation {
+				return fmt.Errorf("dnsNames %q (annotation %q), want %q (%q)", got, crt.Annotations[AnnotationDNSNamesAdded], want, annotation)
+			}
+			if crt.Spec.SecretName != "orders-tls" || crt.Spec.IssuerRef.Name != "db-ca" {
+				return fmt.Errorf("the owner's fields changed: %+v", crt.Spec)
+			}
+			return nil
+		}
+	}
+	kubetest.Eventually(t, 30*time.Second, "the external names added", names(
+		"orders.acme.svc orders.acme.example.test orders.postgres.acme.example.test",
+		"orders.acme.example.test,orders.postgres.acme.example.test"))
+	if err := cl.Delete(ctx, &v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 30*time.Second, "only the added names taken off", names("orders.acme.svc", ""))
 }

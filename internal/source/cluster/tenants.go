@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -37,6 +38,11 @@ import (
 
 // FieldManager is the server-side apply field manager of everything snigate renders.
 const FieldManager = "snigate"
+
+// AnnotationDNSNamesAdded on a cert-manager Certificate lists (comma-separated) the
+// dnsNames snigate added for the DatabaseExposures that name it in spec.certificateRef: the
+// names it takes off again when they go, never the owner's.
+const AnnotationDNSNamesAdded = "snigate.dev/dns-names-added"
 
 // AnnotationStampedBy on a Namespace records that the controller wrote its tree labels
 // (snigate.dev/gateway, and snigate.dev/host on a TenantGateway's own namespace) for the
@@ -148,6 +154,9 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	if len(errs) == 0 {
 		errs = append(errs, a.deleteStale(ctx, out, want)...)
 		errs = append(errs, a.deleteStaleAnchorObjects(ctx, want)...)
+	}
+	if a.certManager {
+		errs = append(errs, a.certificateNames(ctx, out.CertificateNames)...)
 	}
 	errs = append(errs, a.writeStatus(ctx, in.res, out)...)
 	errs = append(errs, a.writeAnchorStatus(ctx, anchors)...)
@@ -365,6 +374,77 @@ func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, wan
 		}
 	}
 	return errs
+}
+
+// certificateNames makes each cert-manager Certificate named by exposures carry their
+// hostnames in spec.dnsNames, and takes the names it added off the Certificates no exposure
+// names any more. cert-manager's dnsNames is an atomic list, so no field manager can own
+// single names: snigate applies the whole list (the owner's names kept, in their order,
+// then its own) with server-side apply under its field manager, and records what it added in
+// AnnotationDNSNamesAdded, so that removing its names never removes the owner's.
+func (a *tenantApplier) certificateNames(ctx context.Context, want []render.CertificateNames) []error {
+	var certs cmv1.CertificateList
+	if err := a.cl.List(ctx, &certs); err != nil {
+		return []error{fmt.Errorf("listing Certificates: %w", err)}
+	}
+	wanted := map[types.NamespacedName][]string{}
+	for _, w := range want {
+		wanted[types.NamespacedName{Namespace: w.Namespace, Name: w.Name}] = w.Hostnames
+	}
+	var errs []error
+	for i := range certs.Items {
+		c := &certs.Items[i]
+		key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+		hosts, named := wanted[key]
+		added := splitNames(c.Annotations[AnnotationDNSNamesAdded])
+		if !named && len(added) == 0 {
+			continue
+		}
+		var owners []string // the names that are not snigate's
+		for _, n := range c.Spec.DNSNames {
+			if !slices.Contains(added, n) {
+				owners = append(owners, n)
+			}
+		}
+		names, mine := slices.Clone(owners), []string(nil)
+		for _, h := range hosts {
+			if !slices.Contains(names, h) {
+				names = append(names, h)
+				mine = append(mine, h)
+			}
+		}
+		if slices.Equal(names, c.Spec.DNSNames) && slices.Equal(mine, added) {
+			continue
+		}
+		annotation := any(strings.Join(mine, ","))
+		if len(mine) == 0 {
+			annotation = nil
+		}
+		a.log.Info("setting the dnsNames of a Certificate a DatabaseExposure names", "namespace", c.Namespace,
+			"name", c.Name, "added", mine, "owners", owners)
+		patch := map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{AnnotationDNSNamesAdded: annotation}},
+			"spec":     map[string]any{"dnsNames": names},
+		}
+		raw, err := json.Marshal(patch)
+		if err == nil {
+			// A merge patch, not an apply: the owner keeps its field ownership of the list
+			// (its next apply of its own names meets no conflict), and only the names
+			// recorded as snigate's are ever taken off.
+			err = a.cl.Patch(ctx, c, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("dnsNames of Certificate %s: %w", key, err))
+		}
+	}
+	return errs
+}
+
+func splitNames(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 // deleteStaleRoutes deletes the routes of DatabaseExposures rendered anew this time that
