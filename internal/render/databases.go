@@ -259,7 +259,7 @@ func (b *build) databases() {
 				continue
 			}
 			if l := byName[name]; l != nil {
-				refuse(v1alpha1.ReasonHostnameConflict, fmt.Sprintf("listener %s is %s's: set another spec.release", name, l.namespaces[0]))
+				refuse(v1alpha1.ReasonHostnameConflict, fmt.Sprintf("listener %s belongs to an older exposure of release %s (in namespace %s): set another spec.release", name, in.release, l.namespaces[0]))
 				continue
 			}
 			l := &dbListener{name: name, port: port, protocol: gwv1.TCPProtocolType, engine: d.Spec.Engine, reused: -1, namespaces: []string{d.Namespace}}
@@ -280,11 +280,20 @@ func (b *build) databases() {
 		if port != e.Port {
 			name = fmt.Sprintf("%s-%d", e.Listener(), port)
 		}
+		if i, reuse := spec[name]; reuse {
+			// A tlsPassthroughListeners entry named like the engine is the engine's
+			// listener, on the entry's port: reused, never duplicated.
+			specPort := int32(b.gw.Spec.Listeners[i].Port)
+			if d.Spec.Port != nil && *d.Spec.Port != specPort {
+				refuse(v1alpha1.ReasonPortInUse, fmt.Sprintf("listener %s is the TenantGateway's tlsPassthroughListeners entry on port %d, not %d: drop spec.port or set it to %d", name, specPort, port, specPort))
+				continue
+			}
+			port = specPort
+		}
 		l := byName[name]
 		if l == nil {
-			if i, reuse := spec[name]; reuse && int32(b.gw.Spec.Listeners[i].Port) == port {
-				// A tlsPassthroughListeners entry named like the engine is the engine's
-				// listener: reused, never duplicated. Its hostname stays the spec's.
+			if i, reuse := spec[name]; reuse {
+				// Its hostname stays the spec's.
 				l = &dbListener{name: name, port: port, protocol: gwv1.TLSProtocolType, engine: d.Spec.Engine, reused: i}
 			} else if owner, taken := portOwner[port]; taken {
 				refuse(v1alpha1.ReasonPortInUse, fmt.Sprintf("port %d is %s's; a port carries one engine: set spec.port", port, owner))
