@@ -91,9 +91,7 @@ var table = []Engine{
 		return fmt.Sprintf("clickhouse-client --host %s --port %d --secure --config-file <(printf '<clickhouse><openSSL><client><caConfig>%s</caConfig></client></openSSL></clickhouse>')", h, p, ca)
 	}},
 	{v1alpha1.EngineRabbitMQ, 5671, DirectTLS, openssl},
-	{v1alpha1.EngineOpenSearch, 9200, DirectTLS, func(h string, p int32, ca string) string {
-		return fmt.Sprintf("curl --cacert %s https://%s:%d/", ca, h, p)
-	}},
+	{v1alpha1.EngineOpenSearch, 9200, DirectTLS, openssl},
 	{v1alpha1.EngineMariaDB, 3306, ServerFirst, mariadbCLI},
 	{v1alpha1.EngineMySQL, 3306, ServerFirst, mariadbCLI},
 	{v1alpha1.EngineCustom, 0, DirectTLS, openssl},
