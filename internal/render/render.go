@@ -26,6 +26,13 @@
 //     Certificate <t>-wildcard covering the apex, *.<apex> and each child's *.<child apex>;
 //     existingSecret, nothing (the HTTPS listeners serve the named Secret).
 //
+// DatabaseExposures publish through their namespace's TenantGateway (databases.go): one
+// shared listener per engine and port (tls-<engine>, created with the first exposure and
+// removed with the last), one TLSRoute per release owned by its exposure (a TCP listener and
+// TCPRoute for a server-speaks-first engine with a port), conflicts decided by age, and each
+// exposure's status with the certificate probe's verdict from Options.Probes. ProbeTargets
+// says what that probe connects to.
+//
 // The tenant tree of <t> is <ns>, every namespace labelled snigate.dev/gateway=<ns> (a child,
 // whose own apex is its snigate.dev/host label) and spec.attachedNamespaces. Routes of the
 // tree attach to the Gateway; the tree is written into the listeners' allowedRoutes as a list
