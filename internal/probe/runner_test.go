@@ -1,0 +1,76 @@
+package probe
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/engine"
+	snitest "github.com/snigate/snigate/internal/testutil"
+)
+
+// The runner probes a new target at once and says so (OnChange), probes it again each
+// Interval without saying anything when nothing changed, probes a changed target at once,
+// and drops a removed target's result and metric.
+func TestRunner(t *testing.T) {
+	ca := snitest.NewCA(t)
+	good := ca.Issue(t, "db.example.test")
+	bad := ca.Issue(t, "other.example.test")
+	goodBackend := startBackend(t, directTLS(tlsConfig(good.TLS)))
+	badBackend := startBackend(t, directTLS(tlsConfig(bad.TLS)))
+
+	expiry := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "expiry"}, []string{"namespace", "name"})
+	var changes atomic.Int64
+	changed := make(chan struct{}, 16)
+	r := NewRunner(RunnerOptions{Interval: 200 * time.Millisecond, Timeout: 5 * time.Second, Expiry: expiry,
+		OnChange: func() { changes.Add(1); changed <- struct{}{} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no OnChange", what)
+		}
+	}
+	key := Key{"acme", "orders"}
+	target := func(addr string) map[Key]Target {
+		return map[Key]Target{key: {Address: addr, Start: engine.DirectTLS, SNI: "db.example.test", Hostnames: []string{"db.example.test"}, Roots: ca.Pool()}}
+	}
+
+	r.Set(target(goodBackend.addr))
+	wait("a new target")
+	if got := r.Results()[key]; got.Reason != v1alpha1.ReasonVerified || got.Certificate.Serial != good.SerialHex() {
+		t.Fatalf("first probe: %+v", got)
+	}
+	if v := testutil.ToFloat64(expiry.WithLabelValues("acme", "orders")); int64(v) != good.Leaf.NotAfter.Unix() {
+		t.Errorf("expiry metric %v, want %d", v, good.Leaf.NotAfter.Unix())
+	}
+
+	// Re-probed each Interval: the backend sees more connections, the verdict does not move.
+	goodBackend.next(t)
+	goodBackend.next(t)
+	if n := changes.Load(); n != 1 {
+		t.Errorf("%d changes for an unchanged verdict, want 1", n)
+	}
+
+	// A changed target (the backend moved) is probed at once: MissingDNSNames.
+	r.Set(target(badBackend.addr))
+	wait("a changed target")
+	if got := r.Results()[key]; got.Reason != v1alpha1.ReasonMissingDNSNames {
+		t.Fatalf("after the move: %+v", got)
+	}
+
+	r.Set(nil)
+	if _, ok := r.Results()[key]; ok || testutil.CollectAndCount(expiry) != 0 {
+		t.Errorf("a removed target keeps its result or metric (%d series)", testutil.CollectAndCount(expiry))
+	}
+}
