@@ -15,6 +15,7 @@ import (
 	"github.com/snigate/snigate/internal/conditions"
 	"github.com/snigate/snigate/internal/engine"
 	"github.com/snigate/snigate/internal/translate"
+	"github.com/snigate/snigate/internal/trustanchor"
 )
 
 // LabelDatabaseExposure marks the routes rendered for a DatabaseExposure with its name.
@@ -427,7 +428,8 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 	anchor := ""
 	if ref := d.Spec.TrustAnchorRef; ref != nil {
 		anchor = ref.Name
-		ca = b.r.anchorRelease(d.Namespace, ref.Name) + ".tenant-ca.crt"
+		// The file a reader saves the published Secret's ca.crt to (docs/databases.md).
+		ca = trustanchor.SecretName(b.r.anchorRelease(d.Namespace, ref.Name)) + ".crt"
 	}
 	x.Status.Connect = e.Connect(hosts[0], l.port, ca)
 	if ref := d.Spec.CertificateRef; ref != nil {

@@ -2,8 +2,6 @@ package render
 
 import (
 	"crypto/x509"
-	"net"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -12,6 +10,7 @@ import (
 	"github.com/snigate/snigate/internal/engine"
 	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/translate"
 	"github.com/snigate/snigate/internal/trustanchor"
 )
 
@@ -75,42 +74,22 @@ func AnchorsInUse(out *Result, results map[probe.Key]probe.Result) map[types.Nam
 	return inUse
 }
 
-// endpoint is host:port of the first ready endpoint of Service ns/name's port, or "".
+// endpoint is host:port of the first ready endpoint of Service ns/name's port, or "": the
+// address the data plane would dial first (translate's resolution, the one place for it).
 func endpoint(res *resources.Resources, ns, name string, port int32) string {
-	var portName string
-	found := false
+	var slices []*discoveryv1.EndpointSlice
+	for _, es := range res.EndpointSlices {
+		if es.Namespace == ns && es.Labels[discoveryv1.LabelServiceName] == name {
+			slices = append(slices, es)
+		}
+	}
 	for _, s := range res.Services {
 		if s.Namespace != ns || s.Name != name {
 			continue
 		}
-		for _, p := range s.Spec.Ports {
-			if p.Port == port {
-				portName, found = p.Name, true
-			}
-		}
-	}
-	if !found {
-		return ""
-	}
-	for _, es := range res.EndpointSlices {
-		if es.Namespace != ns || es.Labels[discoveryv1.LabelServiceName] != name {
-			continue
-		}
-		var target int32
-		for _, p := range es.Ports {
-			if p.Port != nil && (p.Name == nil && portName == "" || p.Name != nil && *p.Name == portName) {
-				target = *p.Port
-			}
-		}
-		if target == 0 {
-			continue
-		}
-		for _, ep := range es.Endpoints {
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-				continue
-			}
-			if len(ep.Addresses) > 0 {
-				return net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(target)))
+		if sp := translate.ServicePort(s, port); sp != nil {
+			if eps := translate.Endpoints(slices, sp.Name); len(eps) > 0 {
+				return eps[0].String()
 			}
 		}
 	}

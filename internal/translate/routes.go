@@ -393,29 +393,35 @@ func (t *translator) backend(r *route, ref gwv1.BackendRef) (snapshot.Backend, g
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return b, gwv1.RouteReasonInvalidKind, fmt.Sprintf("Service %s/%s is of type ExternalName, which snigate does not follow", ns, ref.Name)
 	}
-	var sp *corev1.ServicePort
-	for i := range svc.Spec.Ports {
-		p := &svc.Spec.Ports[i]
-		if p.Port == port && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
-			sp = p
-			break
-		}
-	}
+	sp := ServicePort(svc, port)
 	if sp == nil {
 		return b, gwv1.RouteReasonBackendNotFound, fmt.Sprintf("Service %s/%s has no TCP port %d", ns, ref.Name, port)
 	}
-	b.Endpoints = t.endpoints(ns, svc.Name, sp.Name)
+	b.Endpoints = Endpoints(t.slices[nsName{ns, svc.Name}], sp.Name)
 	if len(b.Endpoints) == 0 {
 		b.Reason = ReasonNoReadyEndpoints // snapshot only: the reference itself resolved
 	}
 	return b, "", ""
 }
 
-// endpoints returns the ready addresses of a Service port, from the EndpointSlices labelled
-// with the Service's name: the slice port with the Service port's name gives the port number.
-func (t *translator) endpoints(ns, svc, portName string) []netip.AddrPort {
+// ServicePort is svc's TCP port numbered port, or nil: the port a backendRef names.
+func ServicePort(svc *corev1.Service, port int32) *corev1.ServicePort {
+	for i := range svc.Spec.Ports {
+		p := &svc.Spec.Ports[i]
+		if p.Port == port && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+			return p
+		}
+	}
+	return nil
+}
+
+// Endpoints returns the ready addresses of the Service port named portName, from eps,
+// the EndpointSlices labelled with the Service's name: the slice port with the Service
+// port's name gives the port number. The addresses are the ones the data plane dials, in a
+// stable order; the certificate probe (package render) asks it too.
+func Endpoints(eps []*discoveryv1.EndpointSlice, portName string) []netip.AddrPort {
 	var out []netip.AddrPort
-	for _, es := range t.slices[nsName{ns, svc}] {
+	for _, es := range eps {
 		if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue // FQDN endpoints are not followed
 		}
