@@ -175,6 +175,12 @@ type ACMEIssuer struct {
 	//
 	// +optional
 	Email string `json:"email,omitempty"`
+	// CABundle is the PEM bundle of CAs that sign the ACME server's own HTTPS certificate,
+	// for a private ACME server (step-ca, an internal Boulder, Pebble); empty: the system's
+	// roots. It is passed on to the Issuer's spec.acme.caBundle.
+	//
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
 }
 
 // SecretRef names a Secret, in the same namespace unless Namespace says otherwise.

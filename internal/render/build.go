@@ -325,7 +325,7 @@ func (b *build) certificates() {
 			TypeMeta:   metav1.TypeMeta{APIVersion: cmv1.SchemeGroupVersion.String(), Kind: cmv1.IssuerKind},
 			ObjectMeta: b.meta(name),
 			Spec: cmv1.IssuerSpec{IssuerConfig: cmv1.IssuerConfig{ACME: &acmev1.ACMEIssuer{
-				Server: c.ACME.Server, Email: c.ACME.Email,
+				Server: c.ACME.Server, Email: c.ACME.Email, CABundle: c.ACME.CABundle,
 				PrivateKey: cmmeta.SecretKeySelector{LocalObjectReference: cmmeta.LocalObjectReference{Name: name + "-account"}},
 				Solvers:    []acmev1.ACMEChallengeSolver{solver},
 			}}},

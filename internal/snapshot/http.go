@@ -7,8 +7,9 @@ package snapshot
 // A request is routed in three steps: the port selects the listener (by SNI on a TLS port,
 // by the Host header on a plain HTTP port), the listener's HTTPTable selects the host entry
 // by the Host header with the usual hostname precedence, and the host entry's matches are
-// tried in order — they are already sorted by the Gateway API's precedence across all
-// routes that serve that hostname — until one matches.
+// tried in order until one matches. They are already sorted by the Gateway API's
+// precedence: those of the routes serving that hostname pattern, then those of each less
+// specific pattern that covers it (its parent wildcards, then the catch-all).
 
 // HTTPTable maps effective route hostnames to the matches served for them.
 type HTTPTable struct {

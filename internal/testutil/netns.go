@@ -48,7 +48,17 @@ func NetnsHost(t testing.TB, name string) *Host {
 	}
 	_, err := exec.LookPath("ip")
 	Require(t, "the ip command (iproute2)", err)
+	h, err := NewHost(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Remove)
+	return h
+}
 
+// NewHost is NetnsHost for code that is not a test's goroutine (a stand-in kubelet creating
+// a Pod's namespace): it returns the error, and the caller calls Remove.
+func NewHost(name string) (*Host, error) {
 	netnsMu.Lock()
 	defer netnsMu.Unlock()
 	used, _ := exec.Command("ip", "-o", "-4", "addr", "show").Output()
@@ -68,14 +78,13 @@ func NetnsHost(t testing.TB, name string) *Host {
 		if strings.Contains(string(used), " "+h.HostIP.String()+"/") || strings.Contains(string(used), " "+h.IP.String()+"/") {
 			continue
 		}
-		t.Cleanup(h.remove)
 		if err := h.create(); err != nil {
-			t.Fatalf("network namespace %s: %v", h.Name, err)
+			h.Remove()
+			return nil, fmt.Errorf("network namespace %s: %v", h.Name, err)
 		}
-		return h
+		return h, nil
 	}
-	t.Fatal("no free /30 for a network namespace in 10.213.128.0/17")
-	return nil
+	return nil, errors.New("no free /30 for a network namespace in 10.213.128.0/17")
 }
 
 func (h *Host) create() error {
@@ -96,9 +105,9 @@ func (h *Host) create() error {
 	return nil
 }
 
-// remove deletes the namespace; that removes the pair with it, the explicit delete covers a
+// Remove deletes the namespace; that removes the pair with it, the explicit delete covers a
 // namespace that never got its end of the pair.
-func (h *Host) remove() {
+func (h *Host) Remove() {
 	_ = exec.Command("ip", "link", "del", h.link).Run()
 	_ = exec.Command("ip", "netns", "del", h.Name).Run()
 }

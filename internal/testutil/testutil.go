@@ -390,3 +390,37 @@ func Sockopts(t testing.TB, what string, fd int, opts ...Sockopt) {
 		}
 	}
 }
+
+// StartProcess starts cmd (its output to a log in the test's temp folder), waits until ready
+// returns nil (bounded by StartTimeout; an early exit fails at once with the log), and stops
+// it in t.Cleanup with SIGTERM, then SIGKILL. The log is printed when the test failed, and
+// an exit before the test's end fails the test. For the helper servers of the certificate
+// tests (Pebble, cert-manager); the database servers have their own Start functions.
+func StartProcess(t testing.TB, cmd *exec.Cmd, name string, ready func() error) {
+	t.Helper()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	DieWithParent(cmd.SysProcAttr)
+	logPath := filepath.Join(t.TempDir(), strings.ReplaceAll(name, " ", "-")+".log")
+	p, err := startProcess(cmd, name, logPath, syscall.SIGTERM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		early := p.exited()
+		p.stop()
+		if early && !t.Failed() {
+			t.Errorf("%s exited before the test ended (%v); log %s:\n%s", name, p.err, logPath, p.logTail())
+			return
+		}
+		if t.Failed() {
+			t.Logf("%s log (%s):\n%s", name, logPath, p.logTail())
+		}
+	})
+	if ready != nil {
+		if err := p.waitReady(ready, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -49,8 +49,10 @@
 //     using a feature snigate does not implement (URLRewrite, RequestMirror, CORS,
 //     ExtensionRef and ExternalAuth filters, RegularExpression matches, backendRef filters,
 //     timeouts, retries, session persistence) is Accepted=False/UnsupportedValue rather than
-//     served without it. A more specific hostname takes a request whole: only the matches
-//     of routes serving that exact hostname pattern are tried.
+//     served without it. The routes of a more specific hostname are tried first; a request
+//     none of their matches take falls through to those of each wildcard that covers the
+//     name, then the catch-all's (an ACME challenge route for app.example.com leaves every
+//     other path of that name to the tenant's *.example.com redirect).
 //   - A listener is Programmed (and in the snapshot) when its Gateway and itself are
 //     accepted, all its certificateRefs resolve, and it allows at least one route kind. A
 //     Terminate listener with one bad certificateRef serves nothing: it fails closed.

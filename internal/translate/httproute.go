@@ -175,12 +175,54 @@ func (l *listener) httpTable() *snapshot.HTTPTable {
 			host.Matches = append(host.Matches, a.route.httpMatches...)
 		}
 	}
-	tbl := &snapshot.HTTPTable{}
 	for _, h := range order {
 		slices.SortStableFunc(hosts[h].Matches, compareMatches)
-		tbl.Hosts.Add(h, hosts[h])
+	}
+	// A request is matched against the rules of every route whose hostname matches it, the
+	// more specific hostname first (the spec's first two precedence criteria): a route for
+	// app.example.com whose rules do not match a request leaves it to the routes of
+	// *.example.com and of the catch-all. Without this an ACME challenge route for one name
+	// turns every other path of that name from the tenant's redirect into a 404.
+	tbl := &snapshot.HTTPTable{}
+	for _, h := range order {
+		own := hosts[h]
+		entry := own
+		for _, c := range coveringPatterns(h, hosts) {
+			if entry == own {
+				entry = &snapshot.HTTPHost{Matches: slices.Clip(own.Matches)}
+			}
+			entry.Matches = append(entry.Matches, hosts[c].Matches...)
+		}
+		tbl.Hosts.Add(h, entry)
 	}
 	return tbl
+}
+
+// coveringPatterns lists the other patterns of hosts that match every name h matches, most
+// specific first: the wildcards of h's parent domains from the longest suffix ("a.b.c" is
+// covered by *.b.c and *.c, "*.b.c" by *.c), then the catch-all.
+func coveringPatterns(h string, hosts map[string]*snapshot.HTTPHost) []string {
+	if h == "" || h == "*" {
+		return nil
+	}
+	var out []string
+	rest := strings.TrimPrefix(h, "*.")
+	for {
+		_, after, ok := strings.Cut(rest, ".")
+		if !ok {
+			break
+		}
+		rest = after
+		if _, ok := hosts["*."+rest]; ok {
+			out = append(out, "*."+rest)
+		}
+	}
+	for _, any := range []string{"", "*"} {
+		if _, ok := hosts[any]; ok {
+			out = append(out, any)
+		}
+	}
+	return out
 }
 
 // compareMatches orders matches by precedence: an Exact path, then the longest prefix, then

@@ -308,13 +308,26 @@ func Eventually(t testing.TB, timeout time.Duration, what string, check func() e
 // objects and holds no HTTPS listener back for a missing cert-manager.
 func CertManagerCRDs(t testing.TB) []string {
 	t.Helper()
+	return certManagerCRDs(t, "cert-manager.io_issuers.yaml", "cert-manager.io_clusterissuers.yaml", "cert-manager.io_certificates.yaml")
+}
+
+// AllCertManagerCRDs lists every CRD cert-manager's controller needs to run (the
+// CertificateRequests, Orders and Challenges it creates too), for tests that run it.
+func AllCertManagerCRDs(t testing.TB) []string {
+	t.Helper()
+	return certManagerCRDs(t, "cert-manager.io_issuers.yaml", "cert-manager.io_clusterissuers.yaml", "cert-manager.io_certificates.yaml",
+		"cert-manager.io_certificaterequests.yaml", "acme.cert-manager.io_orders.yaml", "acme.cert-manager.io_challenges.yaml")
+}
+
+func certManagerCRDs(t testing.TB, names ...string) []string {
+	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
 	if err != nil {
 		testutil.Require(t, "the cert-manager module (go mod download)", err)
 	}
 	dir := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
 	var files []string
-	for _, name := range []string{"cert-manager.io_issuers.yaml", "cert-manager.io_clusterissuers.yaml", "cert-manager.io_certificates.yaml"} {
+	for _, name := range names {
 		files = append(files, filepath.Join(dir, name))
 	}
 	return files
