@@ -423,6 +423,103 @@ spec:
 			}
 		}
 	})
+
+	t.Run("DatabaseExposure SANs: the controller adds them, cert-manager reissues, psql verify-full by the external name", func(t *testing.T) {
+		dbCA := testutil.NewCA(t)
+		apply(t, c.cl, fixture.Docs(fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: db-ca, namespace: acme}
+type: kubernetes.io/tls
+data: {tls.crt: %s, tls.key: %s}
+`, base64.StdEncoding.EncodeToString(dbCA.CertPEM), base64.StdEncoding.EncodeToString(caKeyPEM(t, dbCA))),
+			`apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: db-ca, namespace: acme}
+spec: {ca: {secretName: db-ca}}
+`, `apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: orders-tls, namespace: acme}
+spec:
+  secretName: orders-tls
+  dnsNames: [orders.acme.svc]
+  issuerRef: {name: db-ca, kind: Issuer}
+`))
+		_, first := c.certificateFor(t, "acme", "orders.acme.svc", nil)
+		pgHost := testutil.NetnsHost(t, "orders")
+		pg := testutil.StartPostgres(t, testutil.PGOptions{
+			Name: "orders.postgres.acme.test", CA: dbCA, Netns: pgHost, Cert: c.secretCert(t, "acme", "orders-tls"),
+		})
+		apply(t, c.cl, fixture.Docs(`apiVersion: snigate.dev/v1alpha1
+kind: TrustAnchor
+metadata: {name: db, namespace: acme}
+spec:
+  sourceSecretRef: {name: orders-tls}
+`, `apiVersion: snigate.dev/v1alpha1
+kind: DatabaseExposure
+metadata: {name: orders, namespace: acme}
+spec:
+  engine: postgres
+  backendRef: {name: orders, port: 5432}
+  trustAnchorRef: {name: db}
+  certificateRef: {name: orders-tls}
+`, fixture.ServiceYAML("acme", "orders", 5432, pg.Port, pgHost.IP.String())))
+
+		// Before: the database serves the certificate without the external names.
+		c.waitCondition(t, "acme", "orders", "CertificateVerified", "False", "MissingDNSNames")
+		// cert-manager reissues with the names the controller added next to the owner's.
+		var reissued *testutil.Cert
+		kubetest.Eventually(t, certWait, "orders-tls reissued with the external names", func() error {
+			crt := &unstructured.Unstructured{}
+			crt.SetGroupVersionKind(certificateGVK)
+			if err := c.cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "orders-tls"}, crt); err != nil {
+				return err
+			}
+			names, _, _ := unstructured.NestedStringSlice(crt.Object, "spec", "dnsNames")
+			if strings.Join(names, " ") != "orders.acme.svc orders.acme.test orders.postgres.acme.test" {
+				return fmt.Errorf("dnsNames %v", names)
+			}
+			leaf := c.secretLeafMaybe("acme", "orders-tls")
+			if leaf == nil || leaf.SerialNumber.Cmp(first.SerialNumber) == 0 || !conditionTrue(crt, "Ready") {
+				return errors.New("not reissued yet")
+			}
+			reissued = c.secretCert(t, "acme", "orders-tls")
+			return nil
+		})
+		if got := strings.Join(reissued.Leaf.DNSNames, " "); got != "orders.acme.svc orders.acme.test orders.postgres.acme.test" {
+			t.Fatalf("reissued certificate names %q", got)
+		}
+		// The database picks the renewed Secret up, as its sidecar would.
+		pg.Rotate(t, reissued)
+		c.waitCondition(t, "acme", "orders", "CertificateVerified", "True", "Verified")
+
+		if r := dbPsql(t, pg.ConnString(addr, 5432), "select name from instance"); r.err != nil || strings.TrimSpace(r.stdout) != pg.Name {
+			t.Errorf("psql verify-full to orders.postgres.acme.test: %v", r)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		for _, name := range []string{"orders.postgres.acme.test", "orders.acme.test"} {
+			crt, err := testutil.PeerCertPostgres(cctx, net.JoinHostPort(addr, "5432"), name)
+			if err != nil || crt.SerialNumber.Cmp(reissued.Serial) != 0 {
+				t.Errorf("%s: served serial %v (%v), want the reissued %x", name, crt.SerialNumber, err, reissued.Serial)
+			}
+		}
+
+		// Removing the exposure takes off only the names it added.
+		if err := c.cl.Delete(ctx, dbxObject("acme", "orders")); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, clusterWait, "only the added names taken off", func() error {
+			crt := &unstructured.Unstructured{}
+			crt.SetGroupVersionKind(certificateGVK)
+			if err := c.cl.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "orders-tls"}, crt); err != nil {
+				return err
+			}
+			if names, _, _ := unstructured.NestedStringSlice(crt.Object, "spec", "dnsNames"); strings.Join(names, " ") != "orders.acme.svc" {
+				return fmt.Errorf("dnsNames %v", names)
+			}
+			return nil
+		})
+	})
 }
 
 func httpRouteYAML(ns, name, host string) string {
@@ -601,3 +698,43 @@ func (k *keepAlive) get() error {
 }
 
 func (k *keepAlive) Close() error { return k.conn.Close() }
+
+// secretCert is a Secret's tls.crt and tls.key.
+func (c *certCluster) secretCert(t *testing.T, ns, name string) *testutil.Cert {
+	t.Helper()
+	var s corev1.Secret
+	if err := c.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+		t.Fatal(err)
+	}
+	return testutil.ParseCert(t, s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+}
+
+// waitCondition waits for a DatabaseExposure's condition to have status and reason.
+func (c *certCluster) waitCondition(t *testing.T, ns, name, typ, status, reason string) {
+	t.Helper()
+	kubetest.Eventually(t, certWait, fmt.Sprintf("DatabaseExposure %s %s=%s %s", name, typ, status, reason), func() error {
+		dbx := dbxObject(ns, name)
+		if err := c.cl.Get(context.Background(), client.ObjectKeyFromObject(dbx), dbx); err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(dbx.Object, "status", "conditions")
+		for _, cd := range conds {
+			m, _ := cd.(map[string]any)
+			if m["type"] == typ {
+				if m["status"] == status && m["reason"] == reason {
+					return nil
+				}
+				return fmt.Errorf("%s=%v %v: %v", typ, m["status"], m["reason"], m["message"])
+			}
+		}
+		return fmt.Errorf("no %s condition: %v", typ, dbx.Object["status"])
+	})
+}
+
+func dbxObject(ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "snigate.dev", Version: "v1alpha1", Kind: "DatabaseExposure"})
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}

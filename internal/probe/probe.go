@@ -29,6 +29,11 @@ type Target struct {
 	// Roots is the trust anchor clients verify with. Nil: the chain is not checked, and
 	// ServerCertificate.ChainsToTrustAnchor stays nil.
 	Roots *x509.CertPool
+	// Expected is the certificate the backend should serve (its certificateRef's Secret):
+	// while it serves another one, the Runner probes it again soon rather than after a
+	// whole Interval, so that a reissue shows in the status once the database reloads.
+	// Nil: nothing known.
+	Expected *x509.Certificate
 }
 
 // Result is a probe's verdict.

@@ -21,6 +21,11 @@ type RunnerOptions struct {
 	// Interval between two probes of an unchanged target (default 5 minutes): a rotated or
 	// expiring certificate is seen within it.
 	Interval time.Duration
+	// Retry is the first wait before probing again a target that does not serve its
+	// Expected certificate yet (default 5 seconds); it doubles at each such probe, up to
+	// Interval. A database reloads a reissued certificate some time after its Secret
+	// changes (a sidecar, a restart): the status follows within seconds, not minutes.
+	Retry time.Duration
 	// Timeout bounds one probe (default DefaultTimeout).
 	Timeout time.Duration
 	// OnChange is called, outside the runner's lock, after a probe whose verdict or
@@ -49,6 +54,9 @@ type Runner struct {
 	targets map[Key]Target
 	results map[Key]Result
 	probed  map[Key]time.Time // when each target was last probed
+	// retries counts, per target, the probes in a row that did not see its Expected
+	// certificate: the next one comes after Retry << retries (at most Interval).
+	retries map[Key]int
 }
 
 // NewRunner makes a Runner; Run starts it.
@@ -59,11 +67,14 @@ func NewRunner(o RunnerOptions) *Runner {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
+	if o.Retry <= 0 {
+		o.Retry = 5 * time.Second
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	return &Runner{opts: o, kick: make(chan struct{}, 1), targets: map[Key]Target{},
-		results: map[Key]Result{}, probed: map[Key]time.Time{}}
+		results: map[Key]Result{}, probed: map[Key]time.Time{}, retries: map[Key]int{}}
 }
 
 // Set replaces the targets. A target that is new or differs from before is probed at once;
@@ -74,6 +85,7 @@ func (r *Runner) Set(targets map[Key]Target) {
 	for k, t := range targets {
 		if old, ok := r.targets[k]; !ok || !sameTarget(old, t) {
 			delete(r.probed, k)
+			delete(r.retries, k)
 			changed = true
 		}
 	}
@@ -81,6 +93,7 @@ func (r *Runner) Set(targets map[Key]Target) {
 		if _, ok := targets[k]; !ok {
 			delete(r.results, k)
 			delete(r.probed, k)
+			delete(r.retries, k)
 			if r.opts.Expiry != nil {
 				r.opts.Expiry.DeleteLabelValues(k[0], k[1])
 			}
@@ -142,12 +155,24 @@ func (r *Runner) due() (Key, Target, bool) {
 		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
 	})
 	for _, k := range keys {
-		if at, ok := r.probed[k]; !ok || now.Sub(at) >= r.opts.Interval {
+		if at, ok := r.probed[k]; !ok || now.Sub(at) >= r.wait(k) {
 			r.probed[k] = now
 			return k, r.targets[k], true
 		}
 	}
 	return Key{}, Target{}, false
+}
+
+// wait is how long after its last probe target k is due again; r.mu is held.
+func (r *Runner) wait(k Key) time.Duration {
+	n, ok := r.retries[k]
+	if !ok {
+		return r.opts.Interval
+	}
+	if n > 20 {
+		n = 20
+	}
+	return min(r.opts.Retry<<n, r.opts.Interval)
 }
 
 // untilNext is the time until the next probe is due.
@@ -157,7 +182,7 @@ func (r *Runner) untilNext() time.Duration {
 	next := r.opts.Interval
 	now := r.opts.Now()
 	for k := range r.targets {
-		if d := r.probed[k].Add(r.opts.Interval).Sub(now); d < next {
+		if d := r.probed[k].Add(r.wait(k)).Sub(now); d < next {
 			next = max(d, time.Second)
 		}
 	}
@@ -174,6 +199,15 @@ func (r *Runner) record(k Key, t Target, res Result) bool {
 	}
 	old, had := r.results[k]
 	r.results[k] = res
+	if t.Expected != nil && (res.Certificate == nil || res.Certificate.Serial != serialHex(t.Expected.SerialNumber)) {
+		if n, ok := r.retries[k]; ok {
+			r.retries[k] = n + 1
+		} else {
+			r.retries[k] = 0
+		}
+	} else {
+		delete(r.retries, k)
+	}
 	if r.opts.Expiry != nil {
 		if notAfter, ok := Expiry(res); ok {
 			r.opts.Expiry.WithLabelValues(k[0], k[1]).Set(float64(notAfter.Unix()))
@@ -186,7 +220,8 @@ func (r *Runner) record(k Key, t Target, res Result) bool {
 
 func sameTarget(a, b Target) bool {
 	return a.Address == b.Address && a.Start == b.Start && a.SNI == b.SNI &&
-		slices.Equal(a.Hostnames, b.Hostnames) && samePool(a.Roots, b.Roots)
+		slices.Equal(a.Hostnames, b.Hostnames) && samePool(a.Roots, b.Roots) &&
+		(a.Expected == nil) == (b.Expected == nil) && (a.Expected == nil || a.Expected.Equal(b.Expected))
 }
 
 func samePool(a, b *x509.CertPool) bool {

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"crypto/tls"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,5 +73,66 @@ func TestRunner(t *testing.T) {
 	r.Set(nil)
 	if _, ok := r.Results()[key]; ok || testutil.CollectAndCount(expiry) != 0 {
 		t.Errorf("a removed target keeps its result or metric (%d series)", testutil.CollectAndCount(expiry))
+	}
+}
+
+// A target whose backend does not serve the Expected certificate yet (its certificateRef
+// was reissued, the database has not reloaded) is probed again after Retry, then twice that,
+// and so on; once it serves it, the next probe waits a whole Interval again.
+func TestRunnerRetriesUntilExpected(t *testing.T) {
+	ca := snitest.NewCA(t)
+	old := ca.Issue(t, "db.example.test")
+	reissued := ca.Issue(t, "db.example.test")
+	var serving atomic.Pointer[tls.Certificate]
+	serving.Store(&old.TLS)
+	backend := startBackend(t, directTLS(&tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return serving.Load(), nil
+	}}))
+	changed := make(chan struct{}, 16)
+	r := NewRunner(RunnerOptions{Interval: time.Hour, Retry: 100 * time.Millisecond, Timeout: 5 * time.Second,
+		OnChange: func() { changed <- struct{}{} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	key := Key{"acme", "orders"}
+	r.Set(map[Key]Target{key: {Address: backend.addr, Start: engine.DirectTLS, SNI: "db.example.test",
+		Hostnames: []string{"db.example.test"}, Roots: ca.Pool(), Expected: reissued.Leaf}})
+
+	// The first probe and at least two retries, 100 ms then 200 ms apart: the old certificate.
+	start := time.Now()
+	for range 3 {
+		backend.next(t)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("three probes of a target not serving its Expected certificate took %v", d)
+	}
+	if got := r.Results()[key]; got.Certificate == nil || got.Certificate.Serial != old.SerialHex() {
+		t.Fatalf("result %+v, want the old certificate", got)
+	}
+	// The database reloads: a retry sees the reissued certificate and the status changes.
+	serving.Store(&reissued.TLS)
+	deadline := time.After(10 * time.Second)
+	for {
+		if got := r.Results()[key]; got.Certificate != nil && got.Certificate.Serial == reissued.SerialHex() {
+			break
+		}
+		select {
+		case <-changed:
+		case <-backend.seen:
+		case <-deadline:
+			t.Fatalf("the reissued certificate was never seen: %+v", r.Results()[key])
+		}
+	}
+	// From now on an Interval (an hour) between probes: no connection for a while.
+	select {
+	case <-backend.seen:
+		// the probe that saw the reissue may still be counted here; one more is too many
+		select {
+		case <-backend.seen:
+			t.Fatal("probed again right after it served its Expected certificate")
+		case <-time.After(time.Second):
+		}
+	case <-time.After(time.Second):
 	}
 }

@@ -57,6 +57,10 @@ type ProbeTarget struct {
 	Hostnames   []string
 	// TrustAnchor names the TrustAnchor the chain must lead to ("" without one).
 	TrustAnchor string
+	// CertificateSecret is the Secret of the cert-manager Certificate the exposure names in
+	// spec.certificateRef ("" without one, or before the Certificate exists): what the
+	// backend should serve once it has picked up a reissue.
+	CertificateSecret string
 }
 
 // Probe is a certificate probe's verdict on one exposure (package probe makes it; the
@@ -436,6 +440,13 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 		b.certNames = append(b.certNames, CertificateNames{Namespace: d.Namespace, Name: ref.Name, Hostnames: hosts})
 	}
 	x.Target = &ProbeTarget{Engine: d.Spec.Engine, Service: d.Spec.BackendRef.Name, ServicePort: d.Spec.BackendRef.Port, Hostnames: hosts, TrustAnchor: anchor}
+	if ref := d.Spec.CertificateRef; ref != nil {
+		for _, c := range b.r.opts.Certificates {
+			if c.Namespace == d.Namespace && c.Name == ref.Name {
+				x.Target.CertificateSecret = c.Spec.SecretName
+			}
+		}
+	}
 	b.r.exposureCondition(&x, in.src, v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted,
 		fmt.Sprintf("published as %s on listener %s (port %d) of Gateway %s/%s", strings.Join(hosts, ", "), l.name, l.port, b.t.Namespace, b.t.Name))
 	b.r.exposureCondition(&x, in.src, v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, "waiting for the data plane")

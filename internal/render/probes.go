@@ -2,6 +2,7 @@ package render
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -38,6 +39,9 @@ func ProbeTargets(res *resources.Resources, out *Result, bundles map[types.Names
 			} else {
 				t.Roots = anchorRoots(res, x.Namespace, pt.TrustAnchor)
 			}
+		}
+		if pt.CertificateSecret != "" {
+			t.Expected = secretLeaf(res, x.Namespace, pt.CertificateSecret)
 		}
 		targets[probe.Key{x.Namespace, x.Name}] = t
 	}
@@ -126,4 +130,23 @@ func secretValue(s *corev1.Secret, key string) []byte {
 		return v
 	}
 	return []byte(s.StringData[key])
+}
+
+// secretLeaf is the leaf certificate of Secret ns/name's tls.crt, or nil.
+func secretLeaf(res *resources.Resources, ns, name string) *x509.Certificate {
+	for _, sec := range res.Secrets {
+		if sec.Namespace != ns || sec.Name != name {
+			continue
+		}
+		block, _ := pem.Decode(sec.Data[corev1.TLSCertKey])
+		if block == nil {
+			return nil
+		}
+		leaf, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil
+		}
+		return leaf
+	}
+	return nil
 }

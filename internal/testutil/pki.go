@@ -101,3 +101,13 @@ func (c *Cert) writeFilesFor(dir string, owner *runAs) (certPath, keyPath string
 	}
 	return certPath, keyPath, nil
 }
+
+// ParseCert is fixture.ParseCert for a test: a Cert of a Secret's tls.crt and tls.key.
+func ParseCert(t testing.TB, certPEM, keyPEM []byte) *Cert {
+	t.Helper()
+	c, err := fixture.ParseCert(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Cert{c}
+}

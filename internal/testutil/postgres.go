@@ -69,7 +69,10 @@ type Postgres struct {
 	CertFile string
 	LogPath  string
 
-	proc *process
+	proc    *process
+	dir     string // where the certificate files are
+	owner   *runAs
+	keyFile string
 }
 
 // Fixed credentials of every test instance: nothing secret lives in a test server.
@@ -121,7 +124,7 @@ func StartPostgres(t testing.TB, o PGOptions) *Postgres {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.CertFile = certPath
+	p.CertFile, p.keyFile, p.dir, p.owner = certPath, keyPath, dir, owner
 	hba := fixture.PostgresHBA("scram-sha-256")
 	if o.AcceptPlaintext {
 		hba = strings.ReplaceAll(hba, "   reject\n", "   scram-sha-256\n")
@@ -343,6 +346,27 @@ func (p *Postgres) ConnString(hostaddr string, port int, extra ...string) string
 func (p *Postgres) DirectConnString(extra ...string) string {
 	host, _, _ := net.SplitHostPort(p.Addr)
 	return p.ConnString(host, p.Port, extra...)
+}
+
+// Rotate makes the server serve c from its next handshake on: the files are rewritten and
+// the configuration reloaded (PostgreSQL reloads its TLS files on reload), as a database's
+// sidecar does when cert-manager renews its Secret. Established sessions keep theirs.
+func (p *Postgres) Rotate(t testing.TB, c *Cert) {
+	t.Helper()
+	if _, _, err := c.writeFilesFor(p.dir, p.owner); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.adminConnString(p.Database))
+	if err != nil {
+		t.Fatalf("postgres %s admin connection: %v", p.Name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "select pg_reload_conf()"); err != nil {
+		t.Fatalf("postgres %s reload: %v", p.Name, err)
+	}
+	p.Cert = c
 }
 
 // Admin connects as superuser over the unix socket (closed in t.Cleanup): for checks such

@@ -378,10 +378,16 @@ func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, wan
 
 // certificateNames makes each cert-manager Certificate named by exposures carry their
 // hostnames in spec.dnsNames, and takes the names it added off the Certificates no exposure
-// names any more. cert-manager's dnsNames is an atomic list, so no field manager can own
-// single names: snigate applies the whole list (the owner's names kept, in their order,
-// then its own) with server-side apply under its field manager, and records what it added in
-// AnnotationDNSNamesAdded, so that removing its names never removes the owner's.
+// names any more. It writes spec.dnsNames and nothing else of the owner's, under its own
+// field manager: the owner's names kept, in their order, then its own, with what it added
+// recorded in AnnotationDNSNamesAdded, so that removing its names never removes the owner's.
+//
+// cert-manager declares dnsNames an atomic list, so no field manager can own single
+// names: whoever writes the list owns all of it, by a server-side apply (which would have
+// to force the conflict with the owner's ownership) as by the merge patch used here. An
+// owner that later applies its own list again meets that conflict, or, forcing it, takes
+// snigate's names off until the next pass puts them back (its watch on Certificates
+// triggers one at once); the annotation keeps the two lists apart either way.
 func (a *tenantApplier) certificateNames(ctx context.Context, want []render.CertificateNames) []error {
 	var certs cmv1.CertificateList
 	if err := a.cl.List(ctx, &certs); err != nil {
@@ -428,9 +434,8 @@ func (a *tenantApplier) certificateNames(ctx context.Context, want []render.Cert
 		}
 		raw, err := json.Marshal(patch)
 		if err == nil {
-			// A merge patch, not an apply: the owner keeps its field ownership of the list
-			// (its next apply of its own names meets no conflict), and only the names
-			// recorded as snigate's are ever taken off.
+			// A merge patch: only these two fields, and no forced takeover of fields the
+			// owner's apply manages elsewhere in the object.
 			err = a.cl.Patch(ctx, c, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
