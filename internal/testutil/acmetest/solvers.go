@@ -2,6 +2,7 @@ package acmetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -117,6 +118,9 @@ func (s *Solvers) sync(parent context.Context) error {
 		}
 		present[key] = true
 		ip, err := s.run(ctx, &pod, key)
+		if errors.Is(err, errNotYet) {
+			continue // its process is starting: the next pass looks again
+		}
 		if err != nil {
 			s.t.Logf("solver pod %s: %v", key, err)
 			continue
