@@ -220,6 +220,7 @@ func TestConformance(t *testing.T) {
 			ReportOutputPath:     report,
 			ConformanceProfiles: []suite.ConformanceProfileName{
 				suite.GatewayTLSConformanceProfileName, suite.GatewayHTTPConformanceProfileName,
+				suite.GatewayTCPConformanceProfileName,
 			},
 			Implementation: confv1.Implementation{
 				Organization: "snigate",

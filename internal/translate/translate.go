@@ -59,6 +59,8 @@ const (
 // GatewayClass status.supportedFeatures requires.
 var SupportedFeatures = []gwv1.SupportedFeature{
 	{Name: gwv1.FeatureName(features.SupportGateway)},
+	{Name: gwv1.FeatureName(features.SupportGatewayHTTPListenerIsolation)},
+	{Name: gwv1.FeatureName(features.SupportGatewayPort8080)},
 	{Name: gwv1.FeatureName(features.SupportHTTPRoute)},
 	{Name: gwv1.FeatureName(features.SupportHTTPRouteBackendProtocolWebSocket)},
 	{Name: gwv1.FeatureName(features.SupportHTTPRouteMethodMatching)},
