@@ -53,6 +53,13 @@ func problems(r *translate.Result) []string {
 			add(obj+" listener "+string(l.Name), l.Conditions)
 		}
 	}
+	for _, ls := range s.ListenerSets {
+		obj := "ListenerSet " + ls.Namespace + "/" + ls.Name
+		add(obj, ls.Status.Conditions)
+		for _, l := range ls.Status.Listeners {
+			add(obj+" listener "+string(l.Name), l.Conditions)
+		}
+	}
 	routes := func(kind, ns, name string, parents []gwv1.RouteParentStatus) {
 		for _, p := range parents {
 			add(fmt.Sprintf("%s %s/%s parent %s", kind, ns, name, parentName(ns, p.ParentRef)), p.Conditions)
@@ -82,7 +89,11 @@ func parentName(routeNS string, ref gwv1.ParentReference) string {
 	if ref.Namespace != nil && *ref.Namespace != "" {
 		ns = string(*ref.Namespace)
 	}
-	s := "Gateway " + ns + "/" + string(ref.Name)
+	kind := "Gateway"
+	if ref.Kind != nil {
+		kind = string(*ref.Kind)
+	}
+	s := kind + " " + ns + "/" + string(ref.Name)
 	if ref.SectionName != nil {
 		s += " sectionName=" + string(*ref.SectionName)
 	}
@@ -128,22 +139,36 @@ func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) er
 		writeConditions(w, "  ", g.Status.Conditions)
 		spec := specs[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}]
 		for _, l := range g.Status.Listeners {
-			fmt.Fprintf(w, "  listener %s", l.Name)
-			if ls := listenerSpec(spec, l.Name); ls != nil {
-				fmt.Fprintf(w, "  %s %d", ls.Protocol, ls.Port)
-				if ls.Hostname != nil {
-					fmt.Fprintf(w, " %s", *ls.Hostname)
-				}
-				if ls.TLS != nil && ls.TLS.Mode != nil && (ls.Protocol == gwv1.TLSProtocolType) {
-					fmt.Fprintf(w, " %s", *ls.TLS.Mode)
-				}
+			var ls *gwv1.Listener
+			if spec != nil {
+				ls = listenerSpec(spec.Spec.Listeners, l.Name)
 			}
-			var kinds []string
-			for _, k := range l.SupportedKinds {
-				kinds = append(kinds, string(k.Kind))
+			writeListener(w, l, ls)
+		}
+	}
+	setSpecs := map[types.NamespacedName]*gwv1.ListenerSet{}
+	for _, ls := range in.ListenerSets {
+		setSpecs[types.NamespacedName{Namespace: ls.Namespace, Name: ls.Name}] = ls
+	}
+	for _, set := range s.ListenerSets {
+		fmt.Fprintf(w, "\nListenerSet %s/%s", set.Namespace, set.Name)
+		spec := setSpecs[types.NamespacedName{Namespace: set.Namespace, Name: set.Name}]
+		var entries []gwv1.Listener
+		if spec != nil {
+			ns := set.Namespace
+			if spec.Spec.ParentRef.Namespace != nil {
+				ns = string(*spec.Spec.ParentRef.Namespace)
 			}
-			fmt.Fprintf(w, "  attachedRoutes=%d supportedKinds=[%s]\n", l.AttachedRoutes, strings.Join(kinds, ","))
-			writeConditions(w, "    ", l.Conditions)
+			fmt.Fprintf(w, "  on Gateway %s/%s", ns, spec.Spec.ParentRef.Name)
+			for _, e := range spec.Spec.Listeners {
+				entries = append(entries, gwv1.Listener{Name: e.Name, Hostname: e.Hostname, Port: e.Port, Protocol: e.Protocol, TLS: e.TLS})
+			}
+		}
+		fmt.Fprintln(w)
+		writeConditions(w, "  ", set.Status.Conditions)
+		for _, l := range set.Status.Listeners {
+			writeListener(w, gwv1.ListenerStatus{Name: l.Name, SupportedKinds: l.SupportedKinds, AttachedRoutes: l.AttachedRoutes,
+				Conditions: l.Conditions}, listenerSpec(entries, l.Name))
 		}
 	}
 	writeRoutes := func(kind, ns, name string, parents []gwv1.RouteParentStatus) {
@@ -261,16 +286,34 @@ func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) er
 	return w.Flush()
 }
 
-func listenerSpec(g *gwv1.Gateway, name gwv1.SectionName) *gwv1.Listener {
-	if g == nil {
-		return nil
-	}
-	for i := range g.Spec.Listeners {
-		if g.Spec.Listeners[i].Name == name {
-			return &g.Spec.Listeners[i]
+func listenerSpec(listeners []gwv1.Listener, name gwv1.SectionName) *gwv1.Listener {
+	for i := range listeners {
+		if listeners[i].Name == name {
+			return &listeners[i]
 		}
 	}
 	return nil
+}
+
+// writeListener prints one listener of a Gateway or a ListenerSet: its spec (when known),
+// attachment and conditions.
+func writeListener(w io.Writer, l gwv1.ListenerStatus, ls *gwv1.Listener) {
+	fmt.Fprintf(w, "  listener %s", l.Name)
+	if ls != nil {
+		fmt.Fprintf(w, "  %s %d", ls.Protocol, ls.Port)
+		if ls.Hostname != nil {
+			fmt.Fprintf(w, " %s", *ls.Hostname)
+		}
+		if ls.TLS != nil && ls.TLS.Mode != nil && (ls.Protocol == gwv1.TLSProtocolType) {
+			fmt.Fprintf(w, " %s", *ls.TLS.Mode)
+		}
+	}
+	var kinds []string
+	for _, k := range l.SupportedKinds {
+		kinds = append(kinds, string(k.Kind))
+	}
+	fmt.Fprintf(w, "  attachedRoutes=%d supportedKinds=[%s]\n", l.AttachedRoutes, strings.Join(kinds, ","))
+	writeConditions(w, "    ", l.Conditions)
 }
 
 func writeConditions(w io.Writer, indent string, conds []metav1.Condition) {

@@ -302,12 +302,19 @@ func onlyGateway(res *resources.Resources, gw [2]string) *resources.Resources {
 
 // bindError names the file and field of a listener whose port cannot be bound.
 func bindError(origins map[string]string, be *proxy.BindError) error {
-	parts := strings.SplitN(be.Listener, "/", 3)
-	if len(parts) != 3 {
+	// The snapshot names a listener gateway-ns/gateway/listener, or, for a ListenerSet's,
+	// gateway-ns/gateway/set-ns/set/listener: the error names the object that defines it.
+	parts := strings.Split(be.Listener, "/")
+	kind := "Gateway"
+	switch len(parts) {
+	case 3:
+	case 5:
+		kind, parts = "ListenerSet", parts[2:]
+	default:
 		return be
 	}
-	where := "Gateway " + parts[0] + "/" + parts[1]
-	if o := origins[resources.OriginKey("Gateway", parts[0], parts[1])]; o != "" {
+	where := kind + " " + parts[0] + "/" + parts[1]
+	if o := origins[resources.OriginKey(kind, parts[0], parts[1])]; o != "" {
 		where = resources.DescribeOrigin(o) + " (" + where + ")"
 	}
 	return fmt.Errorf("%s: spec.listeners[name=%s].port: cannot bind %s: %w", where, parts[2], be.Address, be.Err)

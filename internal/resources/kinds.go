@@ -71,6 +71,9 @@ var Kinds = []Kind{
 		func() ObjectList { return &gwv1.GatewayClassList{} }, func(r *Resources) *[]*gwv1.GatewayClass { return &r.GatewayClasses }),
 	kind("Gateway", gwv1.GroupName, []string{"v1"}, true, false, true,
 		func() ObjectList { return &gwv1.GatewayList{} }, func(r *Resources) *[]*gwv1.Gateway { return &r.Gateways }),
+	// Optional: a cluster with Gateway API CRDs older than v1.5 has no ListenerSet.
+	optional(kind("ListenerSet", gwv1.GroupName, []string{"v1"}, true, false, true,
+		func() ObjectList { return &gwv1.ListenerSetList{} }, func(r *Resources) *[]*gwv1.ListenerSet { return &r.ListenerSets })),
 	kind("TLSRoute", gwv1.GroupName, []string{"v1"}, true, true, true,
 		func() ObjectList { return &gwv1.TLSRouteList{} }, func(r *Resources) *[]*gwv1.TLSRoute { return &r.TLSRoutes }),
 	kind("TCPRoute", gwv1.GroupName, []string{"v1"}, true, true, true,

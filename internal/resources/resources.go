@@ -33,8 +33,10 @@ import (
 // Resources is one consistent view of every object snigate routes from. Sources fill it;
 // translate only reads it.
 type Resources struct {
-	GatewayClasses  []*gwv1.GatewayClass
-	Gateways        []*gwv1.Gateway
+	GatewayClasses []*gwv1.GatewayClass
+	Gateways       []*gwv1.Gateway
+	// ListenerSets add listeners to a Gateway that allows them (spec.allowedListeners).
+	ListenerSets    []*gwv1.ListenerSet
 	TLSRoutes       []*gwv1.TLSRoute
 	TCPRoutes       []*gwv1.TCPRoute
 	HTTPRoutes      []*gwv1.HTTPRoute

@@ -14,7 +14,7 @@ import (
 // Any ref that does not resolve leaves the listener without configuration (fail closed):
 // ResolvedRefs=False with the first failure's reason, every failure in the message.
 func (t *translator) certificates(l *listener) {
-	gwNS := l.gw.key.ns
+	gwNS := l.ns // the Gateway's, or the ListenerSet's
 	var refs []gwv1.SecretObjectReference
 	if l.spec.TLS != nil {
 		refs = l.spec.TLS.CertificateRefs
@@ -48,8 +48,8 @@ func (t *translator) certificates(l *listener) {
 			fail(gwv1.ListenerReasonInvalidCertificateRef, i, "%s %s is not supported, only core Secrets", groupKind(group, kind), id)
 			continue
 		}
-		if ns != gwNS && !t.granted(kindGateway, gwNS, kindSecret, ns, string(ref.Name)) {
-			fail(gwv1.ListenerReasonRefNotPermitted, i, "Secret %s is in another namespace and no ReferenceGrant in %s allows Gateways from %s", id, ns, gwNS)
+		if ns != gwNS && !t.granted(l.ownerKind(), gwNS, kindSecret, ns, string(ref.Name)) {
+			fail(gwv1.ListenerReasonRefNotPermitted, i, "Secret %s is in another namespace and no ReferenceGrant in %s allows %ss from %s", id, ns, l.ownerKind(), gwNS)
 			continue
 		}
 		s := t.secrets[nsName{ns, string(ref.Name)}]

@@ -72,8 +72,13 @@ type gateway struct {
 func (gw *gateway) rejected() bool { return gw.rejectReason != "" }
 
 type listener struct {
-	gw       *gateway
-	index    int // in gw.listeners
+	gw    *gateway
+	index int // in gw.listeners: the Gateway's own, then each ListenerSet's
+	// set is the ListenerSet the listener comes from; nil for the Gateway's own.
+	set *listenerSet
+	// ns is the namespace of the object that defines the listener: allowedRoutes "Same"
+	// and certificateRefs without a namespace mean it.
+	ns       string
 	spec     *gwv1.Listener
 	hostname string // "" = any
 	// routeKind is the one route kind the protocol carries; "" for protocols we do not serve.
@@ -112,11 +117,35 @@ func (l *listener) programmed() bool {
 	return !l.gw.rejected() && l.accepted() && l.refsReason == "" && len(l.supportedKinds) > 0
 }
 
+// name identifies the listener in the snapshot, logs and metrics: Gateway/listener, or
+// Gateway/ListenerSet-namespace/ListenerSet/listener (a set's listener may have the name of
+// one of the Gateway's own).
 func (l *listener) name() string {
-	return l.gw.key.ns + "/" + l.gw.key.name + "/" + string(l.spec.Name)
+	n := l.gw.key.ns + "/" + l.gw.key.name + "/"
+	if l.set != nil {
+		n += l.set.key.ns + "/" + l.set.key.name + "/"
+	}
+	return n + string(l.spec.Name)
 }
 
-// buildGateways builds our Gateways, oldest first: the order in which they claim ports.
+// generation is the generation of the object that defines the listener.
+func (l *listener) generation() int64 {
+	if l.set != nil {
+		return l.set.obj.Generation
+	}
+	return l.gw.obj.Generation
+}
+
+// ownerKind is the kind a ReferenceGrant names for the listener's certificateRefs.
+func (l *listener) ownerKind() string {
+	if l.set != nil {
+		return kindListenerSet
+	}
+	return kindGateway
+}
+
+// buildGateways builds our Gateways, oldest first: the order in which they claim ports, and
+// adds the listeners of the ListenerSets they allow.
 func (t *translator) buildGateways() {
 	gws := slices.Clone(t.in.Gateways)
 	slices.SortFunc(gws, func(a, b *gwv1.Gateway) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
@@ -128,6 +157,7 @@ func (t *translator) buildGateways() {
 		t.gateways = append(t.gateways, gw)
 		t.gwByName[gw.key] = gw
 	}
+	t.buildListenerSets()
 }
 
 func (t *translator) gateway(g *gwv1.Gateway) *gateway {
@@ -182,17 +212,20 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 		}
 	}
 	for i := range g.Spec.Listeners {
-		l := t.listener(gw, &g.Spec.Listeners[i])
+		l := t.listener(gw, nil, &g.Spec.Listeners[i])
 		l.index = i
 		l.redirectsOnly = plaintext[string(l.spec.Name)] && l.spec.Protocol == gwv1.HTTPProtocolType
 		gw.listeners = append(gw.listeners, l)
 	}
-	markConflicts(gw)
+	markConflicts(gw.listeners)
 	return gw
 }
 
-func (t *translator) listener(gw *gateway, spec *gwv1.Listener) *listener {
-	l := &listener{gw: gw, spec: spec, supportedKinds: []gwv1.RouteGroupKind{}}
+func (t *translator) listener(gw *gateway, set *listenerSet, spec *gwv1.Listener) *listener {
+	l := &listener{gw: gw, set: set, ns: gw.key.ns, spec: spec, supportedKinds: []gwv1.RouteGroupKind{}}
+	if set != nil {
+		l.ns = set.key.ns
+	}
 	if spec.Hostname != nil {
 		l.hostname = strings.ToLower(string(*spec.Hostname))
 	}
@@ -279,20 +312,21 @@ func (t *translator) allowsNamespace(l *listener, ns string) bool {
 	case gwv1.NamespacesFromSelector:
 		return l.selector != nil && l.selector.Matches(t.namespaceLabels(ns))
 	case gwv1.NamespacesFromSame:
-		return ns == l.gw.key.ns
+		return ns == l.ns
 	}
 	return false
 }
 
-// markConflicts applies the listener distinctness rules within one Gateway: on one port, a
+// markConflicts applies the listener distinctness rules among the listeners of one object (a
+// Gateway's own, or one ListenerSet's; conflictBetween settles those between them): on one port, a
 // TCP listener conflicts with every other listener, and an HTTP listener with every TLS or
 // HTTPS listener (ProtocolConflict: one socket either reads a ClientHello first or plain
 // HTTP); TLS and HTTPS listeners, which share one SNI table, and HTTP listeners, which share
 // one Host table, conflict when their hostnames are the same (HostnameConflict).
-func markConflicts(gw *gateway) {
+func markConflicts(listeners []*listener) {
 	byPort := map[gwv1.PortNumber][]*listener{}
 	var ports []gwv1.PortNumber
-	for _, l := range gw.listeners {
+	for _, l := range listeners {
 		if l.routeKind == "" {
 			continue // protocols we do not serve take part in no conflict
 		}

@@ -137,18 +137,26 @@ func (t *translator) buildRoutes() {
 			if ref.Kind != nil {
 				kind = string(*ref.Kind)
 			}
-			if group != groupGateway || kind != kindGateway {
+			if group != groupGateway || (kind != kindGateway && kind != kindListenerSet) {
 				continue // a Service (mesh) or another parent kind: not ours
 			}
 			ns := r.meta.Namespace
 			if ref.Namespace != nil && *ref.Namespace != "" {
 				ns = string(*ref.Namespace)
 			}
+			if kind == kindListenerSet {
+				set := t.setByName[nsName{ns, string(ref.Name)}]
+				if set == nil {
+					continue // no ListenerSet of one of our Gateways: not ours to report
+				}
+				r.parents = append(r.parents, t.attach(r, set.gw, set, ref, mr))
+				continue
+			}
 			gw := t.gwByName[nsName{ns, string(ref.Name)}]
 			if gw == nil {
 				continue // not one of our Gateways (or none at all): not ours to report
 			}
-			r.parents = append(r.parents, t.attach(r, gw, ref, mr))
+			r.parents = append(r.parents, t.attach(r, gw, nil, ref, mr))
 		}
 	}
 }
@@ -184,12 +192,21 @@ func (l *listener) attachedTo(r *route) bool {
 	return len(l.attached) > 0 && l.attached[len(l.attached)-1].route == r
 }
 
-// attach binds a route to the listeners of gw its parentRef selects and reports the result;
-// mr, when not nil, records the attachments for the memo.
-func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr *memoRoute) gwv1.RouteParentStatus {
+// attach binds a route to the listeners its parentRef selects, of gw's own or, with set, of
+// that ListenerSet's, and reports the result; mr, when not nil, records the attachments for
+// the memo.
+func (t *translator) attach(r *route, gw *gateway, set *listenerSet, ref gwv1.ParentReference, mr *memoRoute) gwv1.RouteParentStatus {
 	conds := conditions{gen: r.meta.Generation, now: t.now}
 	accept := func(ok bool, reason gwv1.RouteConditionReason, msg string) {
 		conds.set(string(gwv1.RouteConditionAccepted), ok, string(reason), msg)
+	}
+	parent, own := "Gateway "+gw.key.String(), gw.listeners
+	if set != nil {
+		parent, own = "ListenerSet "+set.key.String(), set.listeners
+		if set.rejected() {
+			accept(false, gwv1.RouteReasonNotAllowedByListeners, fmt.Sprintf("%s is not accepted: %s", parent, set.rejectMsg))
+			return t.parentStatus(r, ref, kindListenerSet, conds)
+		}
 	}
 
 	// A hostname the Gateway gives to another namespace's route refuses the whole route.
@@ -198,11 +215,14 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 			accept(false, ReasonHostnameConflict, fmt.Sprintf(
 				"hostname %s on Gateway %s is %s's (annotation %s: a platform namespace's route wins, then the older route, then namespace/name)",
 				h, gw.key, owner, HostnameOwnersAnnotation))
-			return t.parentStatus(r, ref, conds)
+			return t.parentStatus(r, ref, parentKind(set), conds)
 		}
 	}
 	var candidates []*listener
-	for _, l := range gw.listeners {
+	for _, l := range own {
+		if l.set != set {
+			continue // a ListenerSet's listener: only a parentRef to that set selects it
+		}
 		if ref.SectionName != nil && *ref.SectionName != l.spec.Name {
 			continue
 		}
@@ -257,9 +277,9 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 
 	switch {
 	case len(candidates) == 0:
-		accept(false, gwv1.RouteReasonNoMatchingParent, fmt.Sprintf("Gateway %s has no listener %s", gw.key, describeSelection(ref)))
+		accept(false, gwv1.RouteReasonNoMatchingParent, fmt.Sprintf("%s has no listener %s", parent, describeSelection(ref)))
 	case len(allowed) == 0:
-		accept(false, gwv1.RouteReasonNotAllowedByListeners, fmt.Sprintf("Gateway %s: %s", gw.key, strings.Join(refusals, "; ")))
+		accept(false, gwv1.RouteReasonNotAllowedByListeners, fmt.Sprintf("%s: %s", parent, strings.Join(refusals, "; ")))
 	case len(matched) == 0:
 		var lh []string
 		for _, l := range allowed {
@@ -284,7 +304,7 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 				}
 			}
 		}
-		msg := "Route is attached to listeners " + strings.Join(names, ", ") + " of Gateway " + gw.key.String()
+		msg := "Route is attached to listeners " + strings.Join(names, ", ") + " of " + parent
 		switch {
 		case gw.rejected():
 			msg += "; nothing is served: the Gateway is not accepted"
@@ -293,11 +313,18 @@ func (t *translator) attach(r *route, gw *gateway, ref gwv1.ParentReference, mr 
 		}
 		accept(true, gwv1.RouteReasonAccepted, msg)
 	}
-	return t.parentStatus(r, ref, conds)
+	return t.parentStatus(r, ref, parentKind(set), conds)
+}
+
+func parentKind(set *listenerSet) string {
+	if set != nil {
+		return kindListenerSet
+	}
+	return kindGateway
 }
 
 // parentStatus is a route's status for one parentRef, with its ResolvedRefs condition.
-func (t *translator) parentStatus(r *route, ref gwv1.ParentReference, conds conditions) gwv1.RouteParentStatus {
+func (t *translator) parentStatus(r *route, ref gwv1.ParentReference, kind string, conds conditions) gwv1.RouteParentStatus {
 	if r.resolvedReason == "" {
 		conds.set(string(gwv1.RouteConditionResolvedRefs), true, string(gwv1.RouteReasonResolvedRefs), "All backendRefs are resolved")
 	} else {
@@ -305,7 +332,7 @@ func (t *translator) parentStatus(r *route, ref gwv1.ParentReference, conds cond
 	}
 	pr := *ref.DeepCopy()
 	pr.Group = ptr(gwv1.Group(groupGateway))
-	pr.Kind = ptr(gwv1.Kind(kindGateway))
+	pr.Kind = ptr(gwv1.Kind(kind))
 	return gwv1.RouteParentStatus{
 		ParentRef:      pr,
 		ControllerName: gwv1.GatewayController(t.opts.ControllerName),

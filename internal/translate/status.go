@@ -17,6 +17,7 @@ import (
 type Status struct {
 	GatewayClasses []GatewayClassStatus `json:"gatewayClasses,omitempty"`
 	Gateways       []GatewayStatus      `json:"gateways,omitempty"`
+	ListenerSets   []ListenerSetStatus  `json:"listenerSets,omitempty"`
 	TLSRoutes      []TLSRouteStatus     `json:"tlsRoutes,omitempty"`
 	TCPRoutes      []TCPRouteStatus     `json:"tcpRoutes,omitempty"`
 	HTTPRoutes     []HTTPRouteStatus    `json:"httpRoutes,omitempty"`
@@ -34,6 +35,14 @@ type GatewayClassStatus = ObjectStatus[gwv1.GatewayClassStatus]
 
 // GatewayStatus is the status of a Gateway.
 type GatewayStatus = ObjectStatus[gwv1.GatewayStatus]
+
+// ListenerSetStatus is the status of a ListenerSet whose parent is one of our Gateways.
+type ListenerSetStatus = ObjectStatus[gwv1.ListenerSetStatus]
+
+// ListenerSet returns the status of a ListenerSet, or nil.
+func (s *Status) ListenerSet(namespace, name string) *gwv1.ListenerSetStatus {
+	return find(s.ListenerSets, namespace, name)
+}
 
 // TLSRouteStatus is the status of a TLSRoute: one entry per parentRef to one of our Gateways.
 type TLSRouteStatus = ObjectStatus[gwv1.TLSRouteStatus]
@@ -118,8 +127,12 @@ func (t *translator) status() *Status {
 	for _, gw := range t.gateways {
 		s.Gateways = append(s.Gateways, GatewayStatus{Namespace: gw.key.ns, Name: gw.key.name, Status: t.gatewayStatus(gw)})
 	}
+	for _, ls := range t.sets {
+		s.ListenerSets = append(s.ListenerSets, ListenerSetStatus{Namespace: ls.key.ns, Name: ls.key.name, Status: t.listenerSetStatus(ls)})
+	}
 	sortStatus(s.GatewayClasses)
 	sortStatus(s.Gateways)
+	sortStatus(s.ListenerSets)
 	// With the memo, the routes' status lists are the previous call's without the routes
 	// that are gone and with the new ones: an unchanged route's status is the same, and a
 	// one-route change among 100 000 routes, which must apply within 50 ms
@@ -205,6 +218,9 @@ func (t *translator) gatewayStatus(gw *gateway) gwv1.GatewayStatus {
 	var accepted, programmed int
 	var invalid []string
 	for _, l := range gw.listeners {
+		if l.set != nil {
+			continue // a ListenerSet's: in its own status
+		}
 		st.Listeners = append(st.Listeners, t.listenerStatus(l))
 		if l.accepted() {
 			accepted++
@@ -249,14 +265,17 @@ func (t *translator) gatewayStatus(gw *gateway) gwv1.GatewayStatus {
 			addressNotAssigned(svc))
 	default:
 		conds.set(string(gwv1.GatewayConditionProgrammed), true, string(gwv1.GatewayReasonProgrammed),
-			fmt.Sprintf("%d of %d listeners are programmed", programmed, len(gw.listeners)))
+			fmt.Sprintf("%d of %d listeners are programmed", programmed, len(st.Listeners)))
 	}
 	st.Conditions = conds.list
+	if len(t.sets) > 0 || gw.obj.Spec.AllowedListeners != nil {
+		st.AttachedListenerSets = ptr(t.attachedListenerSets(gw))
+	}
 	return st
 }
 
 func (t *translator) listenerStatus(l *listener) gwv1.ListenerStatus {
-	conds := conditions{gen: l.gw.obj.Generation, now: t.now}
+	conds := conditions{gen: l.generation(), now: t.now}
 	if l.accepted() {
 		conds.set(string(gwv1.ListenerConditionAccepted), true, string(gwv1.ListenerReasonAccepted), "Listener is accepted")
 	} else {
@@ -276,7 +295,11 @@ func (t *translator) listenerStatus(l *listener) gwv1.ListenerStatus {
 		default:
 			why = "it allows no supported route kind"
 		}
-		conds.set(string(gwv1.ListenerConditionProgrammed), false, string(gwv1.ListenerReasonInvalid), "Listener is not programmed: "+why)
+		reason := gwv1.ListenerReasonInvalid
+		if l.conflict != "" {
+			reason, why = l.conflict, "it is conflicted"
+		}
+		conds.set(string(gwv1.ListenerConditionProgrammed), false, string(reason), "Listener is not programmed: "+why)
 	}
 	switch {
 	case l.refsReason != "":

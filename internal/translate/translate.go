@@ -43,13 +43,14 @@ const (
 	// ReasonHostnameConflict is the route reason of HostnameOwnersAnnotation.
 	ReasonHostnameConflict gwv1.RouteConditionReason = "HostnameConflict"
 
-	groupGateway  = gwv1.GroupName
-	kindGateway   = "Gateway"
-	kindTLSRoute  = "TLSRoute"
-	kindTCPRoute  = "TCPRoute"
-	kindHTTPRoute = "HTTPRoute"
-	kindService   = "Service"
-	kindSecret    = "Secret"
+	groupGateway    = gwv1.GroupName
+	kindGateway     = "Gateway"
+	kindListenerSet = "ListenerSet"
+	kindTLSRoute    = "TLSRoute"
+	kindTCPRoute    = "TCPRoute"
+	kindHTTPRoute   = "HTTPRoute"
+	kindService     = "Service"
+	kindSecret      = "Secret"
 
 	// ReasonNoReadyEndpoints marks a valid backend without ready endpoints in the snapshot.
 	ReasonNoReadyEndpoints = "NoReadyEndpoints"
@@ -70,6 +71,7 @@ var SupportedFeatures = []gwv1.SupportedFeature{
 	{Name: gwv1.FeatureName(features.SupportHTTPRouteQueryParamMatching)},
 	{Name: gwv1.FeatureName(features.SupportHTTPRouteResponseHeaderModification)},
 	{Name: gwv1.FeatureName(features.SupportHTTPRouteSchemeRedirect)},
+	{Name: gwv1.FeatureName(features.SupportListenerSet)},
 	{Name: gwv1.FeatureName(features.SupportReferenceGrant)},
 	{Name: gwv1.FeatureName(features.SupportTCPRoute)},
 	{Name: gwv1.FeatureName(features.SupportTLSRoute)},
@@ -173,6 +175,10 @@ type translator struct {
 
 	gateways []*gateway // ours, oldest first
 	gwByName map[nsName]*gateway
+	// sets are the ListenerSets whose parent is one of our Gateways, in merge precedence
+	// (oldest first, then namespace/name).
+	sets      []*listenerSet
+	setByName map[nsName]*listenerSet
 
 	services map[nsName]*corev1.Service
 	secrets  map[nsName]*corev1.Secret
@@ -203,6 +209,7 @@ func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr
 		defaultAddr: defaultAddr,
 		classes:     map[string]*gwv1.GatewayClass{},
 		gwByName:    map[nsName]*gateway{},
+		setByName:   map[nsName]*listenerSet{},
 		services:    map[nsName]*corev1.Service{},
 		secrets:     map[nsName]*corev1.Secret{},
 		slices:      map[nsName][]*discoveryv1.EndpointSlice{},

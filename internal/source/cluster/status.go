@@ -78,6 +78,11 @@ func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
 			return w.set(&o.Status, mergeGatewayStatus(&o.Status, &st.Status))
 		}))
 	}
+	for _, st := range s.ListenerSets {
+		errs = append(errs, writeOne(ctx, w, &gwv1.ListenerSet{}, st.Namespace, st.Name, func(o *gwv1.ListenerSet) bool {
+			return w.set(&o.Status, mergeListenerSetStatus(&o.Status, &st.Status))
+		}))
+	}
 	errs = append(errs, writeRoutes(ctx, w, &gwv1.TLSRouteList{}, s.TLSRoutes,
 		func(l *gwv1.TLSRouteList) []*gwv1.TLSRoute { return ptrs(l.Items) },
 		func(o *gwv1.TLSRoute) *gwv1.RouteStatus { return &o.Status.RouteStatus },
@@ -105,6 +110,12 @@ func (w *statusWriter) set(cur, next any) bool {
 		*c = *n
 	case *gwv1.GatewayStatus:
 		n := next.(*gwv1.GatewayStatus)
+		if equality.Semantic.DeepEqual(c, n) {
+			return false
+		}
+		*c = *n
+	case *gwv1.ListenerSetStatus:
+		n := next.(*gwv1.ListenerSetStatus)
 		if equality.Semantic.DeepEqual(c, n) {
 			return false
 		}
@@ -219,6 +230,23 @@ func mergeConditions(cur, want []metav1.Condition) []metav1.Condition {
 }
 
 func mergeGatewayStatus(cur, want *gwv1.GatewayStatus) *gwv1.GatewayStatus {
+	next := want.DeepCopy()
+	next.Conditions = mergeConditions(cur.Conditions, want.Conditions)
+	for i := range next.Listeners {
+		l := &next.Listeners[i]
+		for _, old := range cur.Listeners {
+			if old.Name == l.Name {
+				l.Conditions = mergeConditions(old.Conditions, l.Conditions)
+				break
+			}
+		}
+	}
+	return next
+}
+
+// mergeListenerSetStatus is mergeGatewayStatus for a ListenerSet: unchanged conditions keep
+// their lastTransitionTime.
+func mergeListenerSetStatus(cur, want *gwv1.ListenerSetStatus) *gwv1.ListenerSetStatus {
 	next := want.DeepCopy()
 	next.Conditions = mergeConditions(cur.Conditions, want.Conditions)
 	for i := range next.Listeners {

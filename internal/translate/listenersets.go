@@ -1,0 +1,207 @@
+package translate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// ---- ListenerSets ----
+//
+// A ListenerSet adds listeners to a Gateway that allows it (spec.allowedListeners; none by
+// default). Its listeners are the Gateway's as far as ports, addresses, conflicts and the
+// snapshot go: they are appended to gateway.listeners after the Gateway's own, the sets in
+// the spec's precedence (oldest first, then namespace/name). Routes reach them only through a
+// parentRef of kind ListenerSet; a parentRef to the Gateway selects its own listeners alone.
+//
+// A listener that conflicts with one earlier in that order (the Gateway's own, an older
+// set's, one before it in its own set) is Conflicted and serves nothing, and the earlier one
+// keeps serving: a new tenant's
+// set can never take a port or hostname from one already there. Statuses name only the
+// conflicting listener's port, hostname and name, never another set's routes or Secrets.
+
+type listenerSet struct {
+	obj       *gwv1.ListenerSet
+	key       nsName
+	gw        *gateway
+	listeners []*listener
+	// rejectReason is set when the set as a whole is not accepted (NotAllowed,
+	// ParentNotAccepted); its listeners are then not part of the Gateway.
+	rejectReason gwv1.ListenerSetConditionReason
+	rejectMsg    string
+}
+
+func (s *listenerSet) rejected() bool { return s.rejectReason != "" }
+
+// buildListenerSets attaches every ListenerSet whose parent is one of our Gateways.
+func (t *translator) buildListenerSets() {
+	sets := slices.Clone(t.in.ListenerSets)
+	slices.SortFunc(sets, func(a, b *gwv1.ListenerSet) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	for _, o := range sets {
+		ref := o.Spec.ParentRef
+		if (ref.Group != nil && *ref.Group != groupGateway) || (ref.Kind != nil && *ref.Kind != kindGateway) {
+			continue // another kind of parent: not ours
+		}
+		ns := o.Namespace
+		if ref.Namespace != nil && *ref.Namespace != "" {
+			ns = string(*ref.Namespace)
+		}
+		gw := t.gwByName[nsName{ns, string(ref.Name)}]
+		if gw == nil {
+			continue // not one of our Gateways: not ours to report
+		}
+		s := &listenerSet{obj: o, key: nsName{o.Namespace, o.Name}, gw: gw}
+		t.sets = append(t.sets, s)
+		t.setByName[s.key] = s
+		if ok, why := t.allowsListenerSet(gw, o.Namespace); !ok {
+			s.rejectReason, s.rejectMsg = gwv1.ListenerSetReasonNotAllowed, why
+		} else if gw.rejected() {
+			s.rejectReason = gwv1.ListenerSetReasonParentNotAccepted
+			s.rejectMsg = fmt.Sprintf("Gateway %s is not accepted", gw.key)
+		}
+		for i := range o.Spec.Listeners {
+			e := &o.Spec.Listeners[i]
+			spec := &gwv1.Listener{Name: e.Name, Hostname: e.Hostname, Port: e.Port, Protocol: e.Protocol,
+				TLS: e.TLS, AllowedRoutes: e.AllowedRoutes}
+			s.listeners = append(s.listeners, t.listener(gw, s, spec))
+		}
+		if s.rejected() {
+			for _, l := range s.listeners {
+				if l.accepted() {
+					l.rejectReason, l.rejectMsg = gwv1.ListenerConditionReason(s.rejectReason), s.rejectMsg
+				}
+			}
+			continue
+		}
+		// Precedence decides every conflict of a set's listener, with one of the Gateway's,
+		// of an older set's or one earlier in its own list: the earlier one wins.
+		for _, l := range s.listeners {
+			if l.routeKind != "" {
+				for _, earlier := range gw.listeners {
+					if earlier.routeKind == "" || earlier.conflict != "" {
+						continue
+					}
+					if reason, msg := conflictBetween(earlier, l); reason != "" {
+						l.setConflict(reason, msg)
+						break
+					}
+				}
+			}
+			l.index = len(gw.listeners)
+			gw.listeners = append(gw.listeners, l)
+		}
+	}
+}
+
+// allowsListenerSet reports whether gw's spec.allowedListeners admits ListenerSets from
+// namespace ns, and if not, why.
+func (t *translator) allowsListenerSet(gw *gateway, ns string) (bool, string) {
+	from := gwv1.NamespacesFromNone
+	var sel *metav1.LabelSelector
+	if al := gw.obj.Spec.AllowedListeners; al != nil && al.Namespaces != nil {
+		if al.Namespaces.From != nil {
+			from = *al.Namespaces.From
+		}
+		sel = al.Namespaces.Selector
+	}
+	switch from {
+	case gwv1.NamespacesFromAll:
+		return true, ""
+	case gwv1.NamespacesFromSame:
+		if ns == gw.key.ns {
+			return true, ""
+		}
+	case gwv1.NamespacesFromSelector:
+		if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && sel != nil && s.Matches(labels.Set(t.namespaceLabels(ns))) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("Gateway %s does not allow ListenerSets from namespace %s (spec.allowedListeners.namespaces.from: %s)", gw.key, ns, from)
+}
+
+// conflictBetween is why listener b conflicts with a, on the rules markConflicts applies
+// within one Gateway: one port, and a TCP listener, HTTP beside TLS or HTTPS, or the same
+// hostname. The message names only b's own port and hostname and a's listener name.
+func conflictBetween(a, b *listener) (gwv1.ListenerConditionReason, string) {
+	if a.spec.Port != b.spec.Port {
+		return "", ""
+	}
+	owner := "the Gateway"
+	switch {
+	case a.set == b.set:
+		owner = "this ListenerSet"
+	case a.set != nil:
+		owner = "an older ListenerSet"
+	}
+	switch {
+	case a.routeKind == kindTCPRoute || b.routeKind == kindTCPRoute:
+		return gwv1.ListenerReasonProtocolConflict, fmt.Sprintf("port %d is taken by %s's listener %s, and a TCP listener takes a whole port", b.spec.Port, owner, a.spec.Name)
+	case (a.spec.Protocol == gwv1.HTTPProtocolType) != (b.spec.Protocol == gwv1.HTTPProtocolType):
+		return gwv1.ListenerReasonProtocolConflict, fmt.Sprintf("port %d is taken by %s's listener %s of protocol %s: an HTTP listener cannot share a port with TLS or HTTPS listeners", b.spec.Port, owner, a.spec.Name, a.spec.Protocol)
+	case a.hostname == b.hostname:
+		return gwv1.ListenerReasonHostnameConflict, fmt.Sprintf("port %d and hostname %s are taken by %s's listener %s", b.spec.Port, cmpOr(b.hostname, "(any)"), owner, a.spec.Name)
+	}
+	return "", ""
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// listenerSetStatus is a ListenerSet's status: its conditions and one entry per listener.
+func (t *translator) listenerSetStatus(s *listenerSet) gwv1.ListenerSetStatus {
+	var st gwv1.ListenerSetStatus
+	var invalid []string
+	valid := 0
+	for _, l := range s.listeners {
+		ls := t.listenerStatus(l)
+		st.Listeners = append(st.Listeners, gwv1.ListenerEntryStatus{Name: ls.Name, SupportedKinds: ls.SupportedKinds,
+			AttachedRoutes: ls.AttachedRoutes, Conditions: ls.Conditions})
+		if !s.rejected() && l.accepted() && l.programmed() {
+			valid++
+		} else {
+			invalid = append(invalid, string(l.spec.Name))
+		}
+	}
+	conds := conditions{gen: s.obj.Generation, now: t.now}
+	accepted, programmed := string(gwv1.ListenerSetConditionAccepted), string(gwv1.ListenerSetConditionProgrammed)
+	switch {
+	case s.rejected():
+		conds.set(accepted, false, string(s.rejectReason), s.rejectMsg)
+		conds.set(programmed, false, string(s.rejectReason), s.rejectMsg)
+	case valid == 0:
+		msg := "no listener is valid: " + strings.Join(invalid, ", ")
+		conds.set(accepted, false, string(gwv1.ListenerSetReasonListenersNotValid), msg)
+		conds.set(programmed, false, string(gwv1.ListenerSetReasonListenersNotValid), msg)
+	case len(invalid) > 0:
+		conds.set(accepted, true, string(gwv1.ListenerSetReasonListenersNotValid),
+			"ListenerSet is accepted, but these listeners are not valid and serve nothing: "+strings.Join(invalid, ", "))
+		conds.set(programmed, true, string(gwv1.ListenerSetReasonProgrammed),
+			fmt.Sprintf("%d of %d listeners are programmed on Gateway %s", valid, len(s.listeners), s.gw.key))
+	default:
+		conds.set(accepted, true, string(gwv1.ListenerSetReasonAccepted), "ListenerSet is accepted")
+		conds.set(programmed, true, string(gwv1.ListenerSetReasonProgrammed),
+			fmt.Sprintf("%d of %d listeners are programmed on Gateway %s", valid, len(s.listeners), s.gw.key))
+	}
+	st.Conditions = conds.list
+	return st
+}
+
+// attachedListenerSets counts gw's ListenerSets that are accepted: the Gateway's
+// status.attachedListenerSets.
+func (t *translator) attachedListenerSets(gw *gateway) int32 {
+	n := int32(0)
+	for _, s := range t.sets {
+		if s.gw == gw && !s.rejected() && slices.ContainsFunc(s.listeners, func(l *listener) bool { return l.accepted() && l.programmed() }) {
+			n++
+		}
+	}
+	return n
+}
