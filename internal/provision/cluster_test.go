@@ -261,6 +261,40 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		kubetest.Eventually(t, 30*time.Second, "Service follows the listener port", servicePorts(5433, 8443))
 	})
 
+	// The ports of the ListenerSets the Gateway allows count; a set it does not allow, or a
+	// deleted one, does not.
+	t.Run("ListenerSetPorts", func(t *testing.T) {
+		var g gwv1.Gateway
+		if err := cl.Get(ctx, gwKey(gw), &g); err != nil {
+			t.Fatal(err)
+		}
+		g.Spec.AllowedListeners = &gwv1.AllowedListeners{Namespaces: &gwv1.ListenerNamespaces{From: ptr(gwv1.NamespacesFromSame)}}
+		if err := cl.Update(ctx, &g); err != nil {
+			t.Fatal(err)
+		}
+		set := func(ns, name string, port gwv1.PortNumber) *gwv1.ListenerSet {
+			return &gwv1.ListenerSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: gwv1.ListenerSetSpec{
+				ParentRef: gwv1.ParentGatewayReference{Name: gwv1.ObjectName(gw.Name), Namespace: ptr(gwv1.Namespace(gw.Namespace))},
+				Listeners: []gwv1.ListenerEntry{{Name: "redis", Port: port, Protocol: gwv1.TLSProtocolType, Hostname: ptr(gwv1.Hostname("*.redis.example.test")),
+					TLS: &gwv1.ListenerTLSConfig{Mode: ptr(gwv1.TLSModePassthrough)}}},
+			}}
+		}
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}}); err != nil {
+			t.Fatal(err)
+		}
+		tenant := set(gw.Namespace, "tenant", 6379)
+		for _, s := range []*gwv1.ListenerSet{tenant, set("elsewhere", "outsider", 7000)} {
+			if err := cl.Create(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kubetest.Eventually(t, 30*time.Second, "Service with the allowed ListenerSet's port", servicePorts(5433, 6379, 8443))
+		if err := cl.Delete(ctx, tenant); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, 30*time.Second, "Service without the deleted ListenerSet's port", servicePorts(5433, 8443))
+	})
+
 	// A cloud controller fills status.loadBalancer.ingress; the Gateway reports it.
 	t.Run("AddressFromLoadBalancer", func(t *testing.T) {
 		var svc corev1.Service

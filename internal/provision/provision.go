@@ -44,6 +44,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -140,18 +141,43 @@ func Replicas(gw *gwv1.Gateway) (int32, error) {
 }
 
 // Ports lists the distinct ports of gw's listeners that snigate serves (every protocol over
-// TCP: TLS, HTTPS, HTTP, TCP; not UDP), ascending.
-func Ports(gw *gwv1.Gateway) []int32 {
+// TCP: TLS, HTTPS, HTTP, TCP; not UDP), and of the listeners of sets (the ListenerSets gw
+// takes: AttachedSets), ascending.
+func Ports(gw *gwv1.Gateway, sets ...*gwv1.ListenerSet) []int32 {
 	var out []int32
-	for _, l := range gw.Spec.Listeners {
-		if l.Protocol == gwv1.UDPProtocolType {
-			continue
+	add := func(proto gwv1.ProtocolType, port gwv1.PortNumber) {
+		if proto == gwv1.UDPProtocolType {
+			return
 		}
-		if p := int32(l.Port); !slices.Contains(out, p) {
+		if p := int32(port); !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}
+	for _, l := range gw.Spec.Listeners {
+		add(l.Protocol, l.Port)
+	}
+	for _, s := range sets {
+		for _, l := range s.Spec.Listeners {
+			add(l.Protocol, l.Port)
+		}
+	}
 	slices.Sort(out)
+	return out
+}
+
+// AttachedSets are the ListenerSets of sets that name gw as parent and that gw allows
+// (translate.AllowsListenerSet); nsLabels gives a namespace's labels.
+func AttachedSets(gw *gwv1.Gateway, sets []gwv1.ListenerSet, nsLabels func(ns string) labels.Set) []*gwv1.ListenerSet {
+	var out []*gwv1.ListenerSet
+	for i := range sets {
+		s := &sets[i]
+		if !translate.IsParent(s, gw) {
+			continue
+		}
+		if ok, _ := translate.AllowsListenerSet(gw, s.Namespace, nsLabels(s.Namespace)); ok {
+			out = append(out, s)
+		}
+	}
 	return out
 }
 
@@ -199,9 +225,10 @@ func ServiceAccount(gw *gwv1.Gateway) *corev1ac.ServiceAccountApplyConfiguration
 		WithOwnerReferences(ownerRef(gw))
 }
 
-// Service exposes gw's listener ports through a load balancer; nil when gw has none.
-func Service(gw *gwv1.Gateway) *corev1ac.ServiceApplyConfiguration {
-	ports := Ports(gw)
+// Service exposes gw's listener ports, and those of the ListenerSets it takes, through a load
+// balancer; nil when there are none.
+func Service(gw *gwv1.Gateway, sets ...*gwv1.ListenerSet) *corev1ac.ServiceApplyConfiguration {
+	ports := Ports(gw, sets...)
 	if len(ports) == 0 {
 		return nil
 	}
@@ -272,7 +299,27 @@ func Setup(mgr manager.Manager, o Options) error {
 		}
 		return out
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	// A ListenerSet that appears, changes or goes changes its parent's ports.
+	byParent := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		s, ok := obj.(*gwv1.ListenerSet)
+		if !ok {
+			return nil
+		}
+		ns := s.Namespace
+		if ref := s.Spec.ParentRef; ref.Namespace != nil && *ref.Namespace != "" {
+			ns = string(*ref.Namespace)
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: ns, Name: string(s.Spec.ParentRef.Name)}}}
+	})
+	_, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: gwv1.GroupName, Kind: "ListenerSet"}, "v1")
+	r.listenerSets = err == nil
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.listenerSets {
+		b = b.Watches(&gwv1.ListenerSet{}, byParent, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	} else {
+		r.log.Info("the API server serves no ListenerSets: provisioned Services count the Gateways' own listeners only")
+	}
+	return b.
 		Named("snigate-provision").
 		WithOptions(controller.Options{SkipNameValidation: ptr(true)}). // see internal/source/cluster
 		For(&gwv1.Gateway{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
@@ -288,6 +335,8 @@ type reconciler struct {
 	cl  client.Client
 	o   Options
 	log *slog.Logger
+	// listenerSets: the API server serves ListenerSets, whose ports count too.
+	listenerSets bool
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -313,6 +362,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		r.log.Warn("Gateway "+req.String()+": using 1 replica", "error", err)
 	}
+	sets, err := r.attachedSets(ctx, &gw)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	apply := []func() error{
 		func() error {
 			return r.cl.Apply(ctx, ServiceAccount(&gw), client.FieldOwner(FieldOwner), client.ForceOwnership)
@@ -322,7 +375,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return r.cl.Apply(ctx, d, client.FieldOwner(FieldOwner), client.ForceOwnership)
 		},
 		func() error {
-			if svc := Service(&gw); svc != nil {
+			if svc := Service(&gw, sets...); svc != nil {
 				return r.cl.Apply(ctx, svc, client.FieldOwner(FieldOwner), client.ForceOwnership)
 			}
 			return nil
@@ -337,13 +390,38 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.prune(ctx, &gw, keep); err != nil {
 		return reconcile.Result{}, err
 	}
-	if Service(&gw) == nil {
+	if Service(&gw, sets...) == nil {
 		if err := r.deleteIfOwned(ctx, &corev1.Service{}, &gw, keep); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	r.log.Debug("provisioned", "gateway", req.String(), "name", keep, "replicas", replicas, "ports", Ports(&gw))
+	r.log.Debug("provisioned", "gateway", req.String(), "name", keep, "replicas", replicas, "ports", Ports(&gw, sets...))
 	return reconcile.Result{}, r.syncBinding(ctx)
+}
+
+// attachedSets lists the ListenerSets gw takes; none where the API server serves no
+// ListenerSets (Gateway API CRDs older than v1.5).
+func (r *reconciler) attachedSets(ctx context.Context, gw *gwv1.Gateway) ([]*gwv1.ListenerSet, error) {
+	if !r.listenerSets {
+		return nil, nil
+	}
+	var sets gwv1.ListenerSetList
+	if err := r.cl.List(ctx, &sets); err != nil {
+		return nil, fmt.Errorf("listing ListenerSets: %w", err)
+	}
+	var lookupErr error
+	labelsOf := func(ns string) labels.Set {
+		var n corev1.Namespace
+		if err := r.cl.Get(ctx, client.ObjectKey{Name: ns}, &n); err != nil {
+			if !apierrors.IsNotFound(err) {
+				lookupErr = err
+			}
+			return nil
+		}
+		return n.Labels
+	}
+	out := AttachedSets(gw, sets.Items, labelsOf)
+	return out, lookupErr
 }
 
 // ours: gw's GatewayClass exists and names our controller.

@@ -1,12 +1,14 @@
 package provision
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -117,5 +119,25 @@ func TestAddresses(t *testing.T) {
 		if c.Status != metav1.ConditionFalse || c.Reason != string(gwv1.GatewayReasonAddressNotAssigned) || c.ObservedGeneration != 4 {
 			t.Errorf("%s: Programmed %+v, want False/AddressNotAssigned", gs.Name, c)
 		}
+	}
+}
+
+// The ports of the ListenerSets a Gateway allows count in its Service; those of a set of
+// another parent or of a namespace it does not allow do not.
+func TestAttachedSetsPorts(t *testing.T) {
+	gw := gateway("edge", 443)
+	gw.Spec.AllowedListeners = &gwv1.AllowedListeners{Namespaces: &gwv1.ListenerNamespaces{From: ptr(gwv1.NamespacesFromSelector),
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "yes"}}}}
+	set := func(ns, parent string, port gwv1.PortNumber) gwv1.ListenerSet {
+		return gwv1.ListenerSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"}, Spec: gwv1.ListenerSetSpec{
+			ParentRef: gwv1.ParentGatewayReference{Name: gwv1.ObjectName(parent), Namespace: ptr(gwv1.Namespace(gw.Namespace))},
+			Listeners: []gwv1.ListenerEntry{{Name: "l", Port: port, Protocol: gwv1.TCPProtocolType}},
+		}}
+	}
+	labels := map[string]map[string]string{"a": {"tenant": "yes"}, "b": {"tenant": "yes"}, "c": {}}
+	sets := AttachedSets(gw, []gwv1.ListenerSet{set("a", "edge", 5432), set("b", "edge", 5432), set("b", "other", 6000), set("c", "edge", 7000)},
+		func(ns string) k8slabels.Set { return labels[ns] })
+	if got := Ports(gw, sets...); !slices.Equal(got, []int32{443, 5432}) {
+		t.Errorf("Ports = %v, want [443 5432]", got)
 	}
 }

@@ -100,9 +100,17 @@ func (t *translator) buildListenerSets() {
 // allowsListenerSet reports whether gw's spec.allowedListeners admits ListenerSets from
 // namespace ns, and if not, why.
 func (t *translator) allowsListenerSet(gw *gateway, ns string) (bool, string) {
+	return AllowsListenerSet(gw.obj, ns, t.namespaceLabels(ns))
+}
+
+// AllowsListenerSet reports whether Gateway gw's spec.allowedListeners admits ListenerSets
+// from namespace ns (whose labels are nsLabels), and if not, why: None (the default), Same,
+// All or a namespace Selector. Provisioning asks it too, to count only the ports of the
+// sets the Gateway takes.
+func AllowsListenerSet(gw *gwv1.Gateway, ns string, nsLabels labels.Set) (bool, string) {
 	from := gwv1.NamespacesFromNone
 	var sel *metav1.LabelSelector
-	if al := gw.obj.Spec.AllowedListeners; al != nil && al.Namespaces != nil {
+	if al := gw.Spec.AllowedListeners; al != nil && al.Namespaces != nil {
 		if al.Namespaces.From != nil {
 			from = *al.Namespaces.From
 		}
@@ -112,15 +120,28 @@ func (t *translator) allowsListenerSet(gw *gateway, ns string) (bool, string) {
 	case gwv1.NamespacesFromAll:
 		return true, ""
 	case gwv1.NamespacesFromSame:
-		if ns == gw.key.ns {
+		if ns == gw.Namespace {
 			return true, ""
 		}
 	case gwv1.NamespacesFromSelector:
-		if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && sel != nil && s.Matches(labels.Set(t.namespaceLabels(ns))) {
+		if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && sel != nil && s.Matches(nsLabels) {
 			return true, ""
 		}
 	}
-	return false, fmt.Sprintf("Gateway %s does not allow ListenerSets from namespace %s (spec.allowedListeners.namespaces.from: %s)", gw.key, ns, from)
+	return false, fmt.Sprintf("Gateway %s/%s does not allow ListenerSets from namespace %s (spec.allowedListeners.namespaces.from: %s)", gw.Namespace, gw.Name, ns, from)
+}
+
+// IsParent reports whether ListenerSet s names Gateway gw as its parent.
+func IsParent(s *gwv1.ListenerSet, gw *gwv1.Gateway) bool {
+	ref := s.Spec.ParentRef
+	if (ref.Group != nil && *ref.Group != groupGateway) || (ref.Kind != nil && *ref.Kind != kindGateway) {
+		return false
+	}
+	ns := s.Namespace
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = string(*ref.Namespace)
+	}
+	return ns == gw.Namespace && string(ref.Name) == gw.Name
 }
 
 // conflictBetween is why listener b conflicts with a, on the rules markConflicts applies
