@@ -1,0 +1,332 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
+)
+
+var listenerSetGVK = schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "ListenerSet"}
+
+// Many tenants on one address: a platform Gateway that takes the ListenerSets of namespaces
+// labelled tenant=yes, and three tenants each with a ListenerSet whose PostgreSQL listener
+// is on 5432 under its own apex. Each tenant's database is reached on the one address by its
+// own hostname with the backend's own certificate; tenant a also has an HTTPS app and a TCP
+// listener in its set. Tenant b's route cannot attach to a's listener (the status says why,
+// and the name gets no traffic); a client without SNI is closed; an outsider's set is
+// NotAllowed and a younger set's listener that takes a's hostname is Conflicted while a's
+// keeps serving; removing tenant b removes only its listener. A connection to a's database
+// held open across all of it keeps working.
+func TestListenerSetsCluster(t *testing.T) {
+	needBinary(t)
+	if os.Geteuid() != 0 {
+		testutil.Require(t, "root (network namespaces, and the Gateway binds its ports)", errors.New("not root"))
+	}
+	dbPsqlBin(t)
+	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...)})
+	cl, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ca := testutil.NewCA(t)
+	tenants := []string{"a", "b", "c"}
+	pgs := map[string]*testutil.Postgres{}
+	docs := []string{`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: snigate}
+spec: {controllerName: snigate.dev/gateway-controller}
+`, `apiVersion: v1
+kind: Namespace
+metadata: {name: platform}
+`, `apiVersion: v1
+kind: Namespace
+metadata: {name: outsider}
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: shared, namespace: platform}
+spec:
+  gatewayClassName: snigate
+  allowedListeners:
+    namespaces: {from: Selector, selector: {matchLabels: {tenant: "yes"}}}
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, hostname: platform.example.test}
+`}
+	for _, tn := range tenants {
+		host := testutil.NetnsHost(t, "pg-"+tn)
+		pg := testutil.StartPostgres(t, testutil.PGOptions{CA: ca, Name: "db." + tn + ".example.test", Netns: host})
+		pgs[tn] = pg
+		set := fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: %[1]s, namespace: %[1]s}
+spec:
+  parentRef: {name: shared, namespace: platform}
+  listeners:
+  - {name: pg, port: 5432, protocol: TLS, hostname: "*.%[1]s.example.test", tls: {mode: Passthrough}}
+`, tn)
+		if tn == "a" {
+			// a's set holds an HTTPS app and a TCP listener too (its database again, by port).
+			set += `  - {name: app, port: 443, protocol: HTTPS, hostname: app.a.example.test, tls: {certificateRefs: [{name: app-tls}]}}
+  - {name: sql, port: 15432, protocol: TCP}
+`
+		}
+		docs = append(docs, fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {tenant: "yes"}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: db, namespace: %[1]s}
+spec:
+  parentRefs: [{kind: ListenerSet, name: %[1]s, sectionName: pg}]
+  hostnames: [db.%[1]s.example.test]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+`, tn), set, fixture.ServiceYAML(tn, "db", 5432, pg.Port, host.IP.String()))
+	}
+	appHost := testutil.NetnsHost(t, "app-a")
+	appHost.Start(t, snigateBin, "echo", "--listen", net.JoinHostPort(appHost.IP.String(), "8080"), "--name", "app-a", "--http")
+	waitListening(t, net.JoinHostPort(appHost.IP.String(), "8080"))
+	appCert := ca.Issue(t, "app.a.example.test")
+	docs = append(docs, `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: a}
+spec:
+  parentRefs: [{kind: ListenerSet, name: a, sectionName: app}]
+  rules: [{backendRefs: [{name: app, port: 8080}]}]
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {name: sql, namespace: a}
+spec:
+  parentRefs: [{kind: ListenerSet, name: a, sectionName: sql}]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: steal, namespace: b}
+spec:
+  parentRefs: [{kind: ListenerSet, name: a, namespace: a, sectionName: pg}]
+  hostnames: [evil.a.example.test]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+`, fixture.ServiceYAML("a", "app", 8080, 8080, appHost.IP.String()), fixture.TLSSecretYAML("a", "app-tls", appCert.Cert))
+	apply(t, cl, fixture.Docs(docs...))
+	startSnigate(t, "", "controller", "--kubeconfig", writeKubeconfig(t, env), "--leader-elect=false",
+		"--local-addresses", "127.0.4.0/24")
+
+	addr := listenerSetGatewayAddress(t, cl)
+	psql := func(tn string) dbCmdResult {
+		return dbPsql(t, pgs[tn].ConnString(addr, 5432), "select name from instance")
+	}
+	kubetest.Eventually(t, clusterWait, "every tenant's database on "+addr+":5432", func() error {
+		for _, tn := range tenants {
+			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
+				return fmt.Errorf("tenant %s: %v", tn, r)
+			}
+		}
+		return nil
+	})
+
+	// A session to a's database, held open through every change below.
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	held, err := pgxConnect(cctx, testutil.PgxConfig(t, pgs["a"].ConnString(addr, 5432), addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(ctx)
+	stillHeld := func(t *testing.T) {
+		t.Helper()
+		var name string
+		if err := held.QueryRow(cctx, "select name from instance").Scan(&name); err != nil || name != pgs["a"].Name {
+			t.Errorf("the session held open to a's database: %q, %v", name, err)
+		}
+	}
+
+	t.Run("each tenant's database by its own hostname, with the backend's own certificate", func(t *testing.T) {
+		for _, tn := range tenants {
+			crt, err := testutil.PeerCertPostgres(cctx, net.JoinHostPort(addr, "5432"), pgs[tn].Name)
+			if err != nil || crt.SerialNumber.Cmp(pgs[tn].Cert.Serial) != 0 {
+				t.Errorf("tenant %s: served %v (%v), want the database's own serial %x", tn, crt, err, pgs[tn].Cert.Serial)
+			}
+		}
+	})
+
+	t.Run("tenant a's HTTPS app and TCP listener inside its set", func(t *testing.T) {
+		resp, err := addrHTTPClient(addr, ca, nil).Get("https://app.a.example.test/")
+		if err != nil {
+			t.Fatalf("https://app.a.example.test/: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("https://app.a.example.test/: %d", resp.StatusCode)
+		}
+		if r := dbPsql(t, pgs["a"].ConnString(addr, 15432), "select name from instance"); r.err != nil || strings.TrimSpace(r.stdout) != pgs["a"].Name {
+			t.Errorf("psql through the TCP listener 15432: %v", r)
+		}
+	})
+
+	t.Run("b's route cannot attach to a's listener, and its name gets nothing", func(t *testing.T) {
+		kubetest.Eventually(t, clusterWait, "TLSRoute b/steal refused", func() error {
+			return routeParentReason(ctx, cl, "b", "steal", "NotAllowedByListeners")
+		})
+		addrRejectedTLS(t, addr, 5432, &tls.Config{ServerName: "evil.a.example.test", RootCAs: ca.Pool()})
+	})
+
+	t.Run("no SNI is closed with zero bytes", func(t *testing.T) {
+		addrRejectedTLS(t, addr, 5432, &tls.Config{InsecureSkipVerify: true})
+	})
+
+	t.Run("an outsider's set is NotAllowed; a younger set taking a's hostname is Conflicted, a keeps serving", func(t *testing.T) {
+		apply(t, cl, fixture.Docs(`apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: outsider, namespace: outsider}
+spec:
+  parentRef: {name: shared, namespace: platform}
+  listeners:
+  - {name: pg, port: 5432, protocol: TLS, hostname: "*.outsider.example.test", tls: {mode: Passthrough}}
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: late, namespace: c}
+spec:
+  parentRef: {name: shared, namespace: platform}
+  listeners:
+  - {name: pg, port: 5432, protocol: TLS, hostname: "*.a.example.test", tls: {mode: Passthrough}}
+`))
+		kubetest.Eventually(t, clusterWait, "outsider NotAllowed, late Conflicted", func() error {
+			if err := listenerSetCondition(ctx, cl, "outsider", "outsider", "Accepted", "False", "NotAllowed"); err != nil {
+				return err
+			}
+			if err := listenerSetCondition(ctx, cl, "c", "late", "Accepted", "False", "ListenersNotValid"); err != nil {
+				return err
+			}
+			return listenerEntryCondition(ctx, cl, "c", "late", "pg", "Conflicted", "True", "HostnameConflict")
+		})
+		for _, tn := range tenants {
+			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
+				t.Errorf("tenant %s after the bad sets: %v", tn, r)
+			}
+		}
+		stillHeld(t)
+	})
+
+	t.Run("removing tenant b removes only its listener", func(t *testing.T) {
+		ls := &unstructured.Unstructured{}
+		ls.SetGroupVersionKind(listenerSetGVK)
+		ls.SetNamespace("b")
+		ls.SetName("b")
+		if err := cl.Delete(ctx, ls); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, clusterWait, "b's database gone from 5432", func() error {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, "5432"), ioTimeout)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := testutil.PeerCertPostgres(cctx, net.JoinHostPort(addr, "5432"), pgs["b"].Name); err == nil {
+				return errors.New("still served")
+			}
+			return nil
+		})
+		for _, tn := range []string{"a", "c"} {
+			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
+				t.Errorf("tenant %s after b left: %v", tn, r)
+			}
+		}
+		stillHeld(t)
+	})
+}
+
+// listenerSetGatewayAddress waits for the shared Gateway's address.
+func listenerSetGatewayAddress(t *testing.T, cl client.Client) string {
+	t.Helper()
+	var addr string
+	kubetest.Eventually(t, clusterWait, "Gateway platform/shared has an address", func() error {
+		gw := &unstructured.Unstructured{}
+		gw.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "Gateway"})
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: "platform", Name: "shared"}, gw); err != nil {
+			return err
+		}
+		addrs, _, _ := unstructured.NestedSlice(gw.Object, "status", "addresses")
+		if len(addrs) == 0 {
+			return errors.New("no status.addresses yet")
+		}
+		a, _ := addrs[0].(map[string]any)
+		addr, _ = a["value"].(string)
+		if n, _, _ := unstructured.NestedInt64(gw.Object, "status", "attachedListenerSets"); n != 3 {
+			return fmt.Errorf("attachedListenerSets %d, want 3", n)
+		}
+		return nil
+	})
+	return addr
+}
+
+func listenerSetCondition(ctx context.Context, cl client.Client, ns, name, typ, status, reason string) error {
+	ls := &unstructured.Unstructured{}
+	ls.SetGroupVersionKind(listenerSetGVK)
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ls); err != nil {
+		return err
+	}
+	conds, _, _ := unstructured.NestedSlice(ls.Object, "status", "conditions")
+	return findCondition(fmt.Sprintf("ListenerSet %s/%s", ns, name), conds, typ, status, reason)
+}
+
+func listenerEntryCondition(ctx context.Context, cl client.Client, ns, name, listener, typ, status, reason string) error {
+	ls := &unstructured.Unstructured{}
+	ls.SetGroupVersionKind(listenerSetGVK)
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ls); err != nil {
+		return err
+	}
+	entries, _, _ := unstructured.NestedSlice(ls.Object, "status", "listeners")
+	for _, e := range entries {
+		m, _ := e.(map[string]any)
+		if m["name"] == listener {
+			conds, _ := m["conditions"].([]any)
+			return findCondition(fmt.Sprintf("ListenerSet %s/%s listener %s", ns, name, listener), conds, typ, status, reason)
+		}
+	}
+	return fmt.Errorf("ListenerSet %s/%s has no status for listener %s", ns, name, listener)
+}
+
+func routeParentReason(ctx context.Context, cl client.Client, ns, name, reason string) error {
+	rt := &unstructured.Unstructured{}
+	rt.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "TLSRoute"})
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, rt); err != nil {
+		return err
+	}
+	parents, _, _ := unstructured.NestedSlice(rt.Object, "status", "parents")
+	for _, p := range parents {
+		m, _ := p.(map[string]any)
+		conds, _ := m["conditions"].([]any)
+		if err := findCondition("TLSRoute "+ns+"/"+name, conds, "Accepted", "False", reason); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("TLSRoute %s/%s: no parent Accepted=False %s: %v", ns, name, reason, parents)
+}
+
+func findCondition(what string, conds []any, typ, status, reason string) error {
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			if m["status"] == status && m["reason"] == reason {
+				return nil
+			}
+			return fmt.Errorf("%s: %s=%v %v: %v", what, typ, m["status"], m["reason"], m["message"])
+		}
+	}
+	return fmt.Errorf("%s: no %s condition", what, typ)
+}
