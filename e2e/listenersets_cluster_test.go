@@ -330,3 +330,191 @@ func findCondition(what string, conds []any, typ, status, reason string) error {
 	}
 	return fmt.Errorf("%s: no %s condition", what, typ)
 }
+
+// Three TenantGateways with spec.parentGatewayRef share the platform Gateway's one address:
+// each renders a ListenerSet instead of a Gateway, and each tenant's PostgreSQL (a
+// DatabaseExposure) is reached on 5432 by its own hostname with the backend's own
+// certificate, next to tenant a's HTTPS app. Tenant b's route cannot attach to a's
+// listener; a client without SNI is closed; deleting tenant b's TenantGateway removes its
+// ListenerSet and nothing else, and a session held open to a's database keeps working.
+func TestTenantGatewaysShareAddress(t *testing.T) {
+	needBinary(t)
+	if os.Geteuid() != 0 {
+		testutil.Require(t, "root (network namespaces, and the Gateway binds its ports)", errors.New("not root"))
+	}
+	dbPsqlBin(t)
+	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...), GarbageCollector: true})
+	cl, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ca := testutil.NewCA(t)
+	tenants := []string{"a", "b", "c"}
+	pgs := map[string]*testutil.Postgres{}
+	docs := []string{`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: snigate}
+spec: {controllerName: snigate.dev/gateway-controller}
+`, `apiVersion: v1
+kind: Namespace
+metadata: {name: platform}
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: shared, namespace: platform}
+spec:
+  gatewayClassName: snigate
+  allowedListeners:
+    namespaces: {from: Selector, selector: {matchLabels: {tenant: "yes"}}}
+  listeners:
+  - {name: platform, port: 80, protocol: HTTP, hostname: platform.example.test}
+`}
+	for _, tn := range tenants {
+		host := testutil.NetnsHost(t, "pg-"+tn)
+		apex := tn + ".example.test"
+		pg := testutil.StartPostgres(t, testutil.PGOptions{CA: ca, Name: "orders.postgres." + apex, Netns: host})
+		pgs[tn] = pg
+		docs = append(docs, fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {tenant: "yes"}}
+---
+apiVersion: snigate.dev/v1alpha1
+kind: TenantGateway
+metadata: {name: %[1]s, namespace: %[1]s}
+spec:
+  apex: %[2]s
+  parentGatewayRef: {namespace: platform, name: shared}
+  certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}
+---
+apiVersion: snigate.dev/v1alpha1
+kind: DatabaseExposure
+metadata: {name: orders, namespace: %[1]s}
+spec:
+  engine: postgres
+  backendRef: {name: orders, port: 5432}
+`, tn, apex), fixture.ServiceYAML(tn, "orders", 5432, pg.Port, host.IP.String()),
+			fixture.TLSSecretYAML(tn, "wildcard", ca.Issue(t, apex, "*."+apex).Cert))
+	}
+	appHost := testutil.NetnsHost(t, "app-a")
+	appHost.Start(t, snigateBin, "echo", "--listen", net.JoinHostPort(appHost.IP.String(), "8080"), "--name", "app-a", "--http")
+	waitListening(t, net.JoinHostPort(appHost.IP.String(), "8080"))
+	docs = append(docs, `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: a}
+spec:
+  parentRefs: [{kind: ListenerSet, name: a}]
+  hostnames: [app.a.example.test]
+  rules: [{backendRefs: [{name: app, port: 8080}]}]
+`, `apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: steal, namespace: b}
+spec:
+  parentRefs: [{kind: ListenerSet, name: a, namespace: a, sectionName: tls-postgres}]
+  hostnames: [evil.postgres.a.example.test]
+  rules: [{backendRefs: [{name: orders, port: 5432}]}]
+`, fixture.ServiceYAML("a", "app", 8080, 8080, appHost.IP.String()))
+	apply(t, cl, fixture.Docs(docs...))
+	startSnigate(t, "", "controller", "--kubeconfig", writeKubeconfig(t, env), "--leader-elect=false",
+		"--local-addresses", "127.0.5.0/24")
+
+	addr := listenerSetGatewayAddress(t, cl)
+	psql := func(tn string) dbCmdResult {
+		return dbPsql(t, pgs[tn].ConnString(addr, 5432), "select name from instance")
+	}
+	kubetest.Eventually(t, clusterWait, "every tenant's database on "+addr+":5432", func() error {
+		for _, tn := range tenants {
+			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
+				return fmt.Errorf("tenant %s: %v", tn, r)
+			}
+		}
+		return nil
+	})
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	held, err := pgxConnect(cctx, testutil.PgxConfig(t, pgs["a"].ConnString(addr, 5432), addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(ctx)
+
+	t.Run("each TenantGateway is a ListenerSet, Ready, with the shared address", func(t *testing.T) {
+		for _, tn := range tenants {
+			gw := &unstructured.Unstructured{}
+			gw.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "Gateway"})
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: tn, Name: tn}, gw); err == nil {
+				t.Errorf("tenant %s has a Gateway of its own", tn)
+			}
+			kubetest.Eventually(t, clusterWait, "TenantGateway "+tn+" Ready at "+addr, func() error {
+				tgw := &unstructured.Unstructured{}
+				tgw.SetGroupVersionKind(schema.GroupVersionKind{Group: "snigate.dev", Version: "v1alpha1", Kind: "TenantGateway"})
+				if err := cl.Get(ctx, client.ObjectKey{Namespace: tn, Name: tn}, tgw); err != nil {
+					return err
+				}
+				conds, _, _ := unstructured.NestedSlice(tgw.Object, "status", "conditions")
+				if err := findCondition("TenantGateway "+tn, conds, "Ready", "True", "Ready"); err != nil {
+					return err
+				}
+				addrs, _, _ := unstructured.NestedSlice(tgw.Object, "status", "addresses")
+				if len(addrs) != 1 || addrs[0].(map[string]any)["value"] != addr {
+					return fmt.Errorf("addresses %v, want %s", addrs, addr)
+				}
+				return nil
+			})
+		}
+	})
+
+	t.Run("the backends' own certificates, and a's HTTPS app", func(t *testing.T) {
+		for _, tn := range tenants {
+			crt, err := testutil.PeerCertPostgres(cctx, net.JoinHostPort(addr, "5432"), pgs[tn].Name)
+			if err != nil || crt.SerialNumber.Cmp(pgs[tn].Cert.Serial) != 0 {
+				t.Errorf("tenant %s: served %v (%v), want the database's own serial", tn, crt, err)
+			}
+		}
+		resp, err := addrHTTPClient(addr, ca, nil).Get("https://app.a.example.test/")
+		if err != nil {
+			t.Fatalf("https://app.a.example.test/: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("https://app.a.example.test/: %d", resp.StatusCode)
+		}
+	})
+
+	t.Run("b's route cannot attach to a's listener; no SNI is closed", func(t *testing.T) {
+		kubetest.Eventually(t, clusterWait, "TLSRoute b/steal refused", func() error {
+			return routeParentReason(ctx, cl, "b", "steal", "NotAllowedByListeners")
+		})
+		addrRejectedTLS(t, addr, 5432, &tls.Config{ServerName: "evil.postgres.a.example.test", RootCAs: ca.Pool()})
+		addrRejectedTLS(t, addr, 5432, &tls.Config{InsecureSkipVerify: true})
+	})
+
+	t.Run("deleting tenant b removes only its listeners", func(t *testing.T) {
+		tgw := &unstructured.Unstructured{}
+		tgw.SetGroupVersionKind(schema.GroupVersionKind{Group: "snigate.dev", Version: "v1alpha1", Kind: "TenantGateway"})
+		tgw.SetNamespace("b")
+		tgw.SetName("b")
+		if err := cl.Delete(ctx, tgw); err != nil {
+			t.Fatal(err)
+		}
+		kubetest.Eventually(t, 2*clusterWait, "b's ListenerSet gone and its database unreachable", func() error {
+			ls := &unstructured.Unstructured{}
+			ls.SetGroupVersionKind(listenerSetGVK)
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "b", Name: "b"}, ls); err == nil {
+				return errors.New("ListenerSet b/b still there")
+			}
+			if _, err := testutil.PeerCertPostgres(cctx, net.JoinHostPort(addr, "5432"), pgs["b"].Name); err == nil {
+				return errors.New("b's database still served")
+			}
+			return nil
+		})
+		for _, tn := range []string{"a", "c"} {
+			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
+				t.Errorf("tenant %s after b left: %v", tn, r)
+			}
+		}
+		var name string
+		if err := held.QueryRow(cctx, "select name from instance").Scan(&name); err != nil || name != pgs["a"].Name {
+			t.Errorf("the session held open to a's database: %q, %v", name, err)
+		}
+	})
+}

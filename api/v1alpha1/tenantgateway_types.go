@@ -44,6 +44,18 @@ type TenantGatewaySpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Apex string `json:"apex"`
 
+	// ParentGatewayRef renders the tenant's listeners as a ListenerSet on this shared
+	// platform Gateway instead of a Gateway of its own: tenants then share its address
+	// (every tenant's PostgreSQL on 5432, each under its own apex). The Gateway must allow
+	// ListenerSets from the tenant's namespace (spec.allowedListeners); a listener that
+	// another tenant's older set already holds is Conflicted. Routes then name the
+	// ListenerSet (kind: ListenerSet, the TenantGateway's name) as their parent. The
+	// plaintext port 80 takes two listeners, http (the apex) and http-sub (*.apex), since a
+	// shared port cannot have one listener without hostname per tenant.
+	//
+	// +optional
+	ParentGatewayRef *ParentGatewayReference `json:"parentGatewayRef,omitempty"`
+
 	// GatewayClassName is the class of the rendered Gateway.
 	//
 	// +optional
@@ -181,6 +193,19 @@ type ACMEIssuer struct {
 	//
 	// +optional
 	CABundle []byte `json:"caBundle,omitempty"`
+}
+
+// ParentGatewayReference names the shared Gateway of spec.parentGatewayRef.
+type ParentGatewayReference struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // SecretRef names a Secret, in the same namespace unless Namespace says otherwise.

@@ -44,6 +44,13 @@ func (t *TenantGateway) Validate() field.ErrorList {
 	if n := len(s.GatewayClassName); n == 0 || n > 253 {
 		errs = append(errs, field.Invalid(p.Child("gatewayClassName"), s.GatewayClassName, "must be 1-253 characters"))
 	}
+	if r := s.ParentGatewayRef; r != nil {
+		rp := p.Child("parentGatewayRef")
+		errs = append(errs, pattern(rp.Child("namespace"), r.Namespace, 63, labelRE)...)
+		if n := len(r.Name); n == 0 || n > 253 {
+			errs = append(errs, field.Invalid(rp.Child("name"), r.Name, "must be 1-253 characters"))
+		}
+	}
 	errs = append(errs, s.Certificates.validate(p.Child("certificates"))...)
 	switch s.DatabaseHostnames {
 	case DatabaseHostnamesSubdomain, DatabaseHostnamesFlat, DatabaseHostnamesBoth:

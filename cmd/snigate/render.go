@@ -20,7 +20,7 @@ const renderUsage = `Usage: snigate render -f PATH [flags]
 
 Prints the Gateway API and cert-manager objects that the TenantGateways and
 DatabaseExposures in PATH render to, as YAML documents, in a fixed order (Gateways,
-HTTPRoutes, TLSRoutes, TCPRoutes, Issuers, Certificates; each by namespace and name): for
+ListenerSets, HTTPRoutes, TLSRoutes, TCPRoutes, Issuers, Certificates; each by namespace and name): for
 review, and for GitOps. A TenantGateway that renders nothing, or a DatabaseExposure that
 publishes nothing, is named on stderr with the reason, and the exit code is 1.
 
@@ -51,6 +51,7 @@ func renderCmd(args []string, out, errOut io.Writer) (int, error) {
 	r := render.Render(res, render.Options{CertManager: *certManager, CertManagerNamespace: *cmNamespace})
 	var docs []any
 	docs = appendSorted(docs, r.Gateways)
+	docs = appendSorted(docs, r.ListenerSets)
 	docs = appendSorted(docs, r.HTTPRoutes)
 	docs = appendSorted(docs, r.TLSRoutes)
 	docs = appendSorted(docs, r.TCPRoutes)

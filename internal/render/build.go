@@ -95,10 +95,15 @@ func (b *build) listeners() {
 		b.gw.Annotations[translate.HostnameOwnersAnnotation] = owners
 	}
 	add := func(l gwv1.Listener) { b.gw.Spec.Listeners = append(b.gw.Spec.Listeners, l) }
-	add(gwv1.Listener{
-		Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType,
-		AllowedRoutes: fromNamespaces("HTTPRoute", uniqueSorted(t.Namespace, b.r.opts.CertManagerNamespace)),
-	})
+	plain := fromNamespaces("HTTPRoute", uniqueSorted(t.Namespace, b.r.opts.CertManagerNamespace))
+	if t.Spec.ParentGatewayRef == nil {
+		add(gwv1.Listener{Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType, AllowedRoutes: plain})
+	} else {
+		// On a shared Gateway every tenant's port 80 listener needs hostnames of its own.
+		add(gwv1.Listener{Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType, Hostname: ptr(gwv1.Hostname(apex)), AllowedRoutes: plain})
+		add(gwv1.Listener{Name: "http-sub", Port: 80, Protocol: gwv1.HTTPProtocolType, Hostname: ptr(gwv1.Hostname("*." + apex)), AllowedRoutes: plain.DeepCopy()})
+		b.gw.Annotations[translate.PlaintextListenersAnnotation] = "http,http-sub"
+	}
 
 	mode := t.Spec.Certificates.Mode
 	switch mode {
@@ -182,8 +187,13 @@ func (b *build) httpHostnames() []string {
 	return slices.Compact(hosts)
 }
 
-// attaches reports whether parentRefs of a route in namespace ns name t's Gateway.
+// attaches reports whether parentRefs of a route in namespace ns name t's Gateway (its
+// ListenerSet, with spec.parentGatewayRef).
 func attaches(ns string, refs []gwv1.ParentReference, t *v1alpha1.TenantGateway) bool {
+	want := "Gateway"
+	if t.Spec.ParentGatewayRef != nil {
+		want = "ListenerSet"
+	}
 	for _, p := range refs {
 		pns := ns
 		if p.Namespace != nil {
@@ -196,7 +206,7 @@ func attaches(ns string, refs []gwv1.ParentReference, t *v1alpha1.TenantGateway)
 		if p.Kind != nil {
 			kind = string(*p.Kind)
 		}
-		if group == gwv1.GroupName && kind == "Gateway" && pns == t.Namespace && string(p.Name) == t.Name {
+		if group == gwv1.GroupName && kind == want && pns == t.Namespace && string(p.Name) == t.Name {
 			return true
 		}
 	}
@@ -259,6 +269,44 @@ func (b *build) hostnameOwners() string {
 	return strings.Join(entries, ",")
 }
 
+// parentRef is a rendered route's parentRef to the listener named section: of the
+// TenantGateway's Gateway, or of its ListenerSet (spec.parentGatewayRef).
+func (b *build) parentRef(section string) gwv1.ParentReference {
+	ref := gwv1.ParentReference{Name: gwv1.ObjectName(b.t.Name), Namespace: ptr(gwv1.Namespace(b.t.Namespace)), SectionName: ptr(gwv1.SectionName(section))}
+	if b.t.Spec.ParentGatewayRef != nil {
+		ref.Group, ref.Kind = ptr(gwv1.Group(gwv1.GroupName)), ptr(gwv1.Kind("ListenerSet"))
+	}
+	return ref
+}
+
+// plainParents are the parentRefs of the port 80 listeners: http, and http-sub on a shared
+// Gateway.
+func (b *build) plainParents() []gwv1.ParentReference {
+	if b.t.Spec.ParentGatewayRef == nil {
+		return []gwv1.ParentReference{{Name: gwv1.ObjectName(b.t.Name), SectionName: ptr(gwv1.SectionName("http"))}}
+	}
+	return []gwv1.ParentReference{b.parentRef("http"), b.parentRef("http-sub")}
+}
+
+// listenerSet is the Gateway built, as a ListenerSet on spec.parentGatewayRef.
+func (b *build) listenerSet() *gwv1.ListenerSet {
+	ref := b.t.Spec.ParentGatewayRef
+	ls := &gwv1.ListenerSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "ListenerSet"},
+		ObjectMeta: *b.gw.ObjectMeta.DeepCopy(),
+		Spec: gwv1.ListenerSetSpec{ParentRef: gwv1.ParentGatewayReference{
+			Group: ptr(gwv1.Group(gwv1.GroupName)), Kind: ptr(gwv1.Kind("Gateway")),
+			Name: gwv1.ObjectName(ref.Name), Namespace: ptr(gwv1.Namespace(ref.Namespace)),
+		}},
+	}
+	delete(ls.Annotations, translate.HostnameOwnersAnnotation) // read on Gateways only
+	for _, l := range b.gw.Spec.Listeners {
+		ls.Spec.Listeners = append(ls.Spec.Listeners, gwv1.ListenerEntry{Name: l.Name, Hostname: l.Hostname, Port: l.Port,
+			Protocol: l.Protocol, TLS: l.TLS, AllowedRoutes: l.AllowedRoutes})
+	}
+	return ls
+}
+
 // redirect is the http listener's route: every request to the tenant's names, 301 to https.
 func (b *build) redirect() {
 	apex := b.t.Spec.Apex
@@ -266,10 +314,8 @@ func (b *build) redirect() {
 		TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "HTTPRoute"},
 		ObjectMeta: b.meta(redirectName(b.t)),
 		Spec: gwv1.HTTPRouteSpec{
-			CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{{
-				Name: gwv1.ObjectName(b.t.Name), SectionName: ptr(gwv1.SectionName("http")),
-			}}},
-			Hostnames: []gwv1.Hostname{gwv1.Hostname(apex), gwv1.Hostname("*." + apex)},
+			CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: b.plainParents()},
+			Hostnames:       []gwv1.Hostname{gwv1.Hostname(apex), gwv1.Hostname("*." + apex)},
 			Rules: []gwv1.HTTPRouteRule{{
 				Matches: []gwv1.HTTPRouteMatch{{Path: &gwv1.HTTPPathMatch{Type: ptr(gwv1.PathMatchPathPrefix), Value: ptr("/")}}},
 				Filters: []gwv1.HTTPRouteFilter{{
@@ -313,10 +359,14 @@ func (b *build) certificates() {
 		name := t.Name + "-acme"
 		solver := acmev1.ACMEChallengeSolver{}
 		if c.Mode == v1alpha1.CertificatesHTTP01 {
+			parents := []gwv1.ParentReference{{
+				Name: gwv1.ObjectName(t.Name), Namespace: ptr(gwv1.Namespace(t.Namespace)), SectionName: ptr(gwv1.SectionName("http")),
+			}}
+			if t.Spec.ParentGatewayRef != nil {
+				parents = b.plainParents()
+			}
 			solver.HTTP01 = &acmev1.ACMEChallengeSolverHTTP01{GatewayHTTPRoute: &acmev1.ACMEChallengeSolverHTTP01GatewayHTTPRoute{
-				ParentRefs: []gwv1.ParentReference{{
-					Name: gwv1.ObjectName(t.Name), Namespace: ptr(gwv1.Namespace(t.Namespace)), SectionName: ptr(gwv1.SectionName("http")),
-				}},
+				ParentRefs: parents,
 			}}
 		} else {
 			solver.DNS01 = c.DNS01.DeepCopy()
@@ -399,10 +449,15 @@ func Complete(out *Result, st *translate.Status, now func() metav1.Time) {
 	completeExposures(out, st, now)
 	for i := range out.Tenants {
 		tn := &out.Tenants[i]
-		if tn.gw == nil || st == nil || meta.IsStatusConditionFalse(tn.Status.Conditions, v1alpha1.ConditionAccepted) {
+		if (tn.gw == nil && tn.set == nil) || st == nil || meta.IsStatusConditionFalse(tn.Status.Conditions, v1alpha1.ConditionAccepted) {
 			continue
 		}
-		gs := st.Gateway(tn.gw.Namespace, tn.gw.Name)
+		var gs *gwv1.GatewayStatus
+		if tn.gw != nil {
+			gs = st.Gateway(tn.gw.Namespace, tn.gw.Name)
+		} else {
+			gs = setAsGateway(st, tn.set)
+		}
 		if gs == nil {
 			continue
 		}
@@ -456,6 +511,32 @@ func Complete(out *Result, st *translate.Status, now func() metav1.Time) {
 		// keeps its LastTransitionTime.
 		conditions.Set(&tn.Status.Conditions, tn.stored, c, now)
 	}
+}
+
+// setAsGateway is what translate says of a rendered ListenerSet, in the shape Complete reads
+// a Gateway's status in: its listeners and conditions, and the addresses of the shared
+// Gateway it is on (nil until translate reports the set).
+func setAsGateway(st *translate.Status, set *gwv1.ListenerSet) *gwv1.GatewayStatus {
+	ss := st.ListenerSet(set.Namespace, set.Name)
+	if ss == nil {
+		return nil
+	}
+	gs := &gwv1.GatewayStatus{Conditions: ss.Conditions}
+	ref := set.Spec.ParentRef
+	if parent := st.Gateway(string(ptrOr(ref.Namespace, gwv1.Namespace(set.Namespace))), string(ref.Name)); parent != nil && meta.IsStatusConditionTrue(ss.Conditions, string(gwv1.ListenerSetConditionAccepted)) {
+		gs.Addresses = parent.Addresses
+	}
+	for _, l := range ss.Listeners {
+		gs.Listeners = append(gs.Listeners, gwv1.ListenerStatus{Name: l.Name, SupportedKinds: l.SupportedKinds, AttachedRoutes: l.AttachedRoutes, Conditions: l.Conditions})
+	}
+	return gs
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 func uniqueSorted(s ...string) []string {

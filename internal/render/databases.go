@@ -403,7 +403,7 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 			Controller: ptr(true), BlockOwnerDeletion: ptr(true),
 		}}
 	}
-	parent := gwv1.ParentReference{Name: gwv1.ObjectName(b.t.Name), Namespace: ptr(gwv1.Namespace(b.t.Namespace)), SectionName: ptr(gwv1.SectionName(l.name))}
+	parent := b.parentRef(l.name)
 	backend := []gwv1.BackendRef{{BackendObjectReference: gwv1.BackendObjectReference{
 		Name: gwv1.ObjectName(d.Spec.BackendRef.Name), Port: ptr(gwv1.PortNumber(d.Spec.BackendRef.Port)),
 	}}}

@@ -34,17 +34,19 @@ func goldenOptions(in string) Options {
 // golden is what a *.out.yaml holds: the rendered objects and each TenantGateway's status
 // after translate saw the rendered Gateways.
 type golden struct {
-	Gateways     []*gwv1.Gateway           `json:"gateways,omitempty"`
-	HTTPRoutes   []*gwv1.HTTPRoute         `json:"httpRoutes,omitempty"`
-	TLSRoutes    []*gwv1.TLSRoute          `json:"tlsRoutes,omitempty"`
-	TCPRoutes    []*gwv1.TCPRoute          `json:"tcpRoutes,omitempty"`
-	Issuers      []*cmv1.Issuer            `json:"issuers,omitempty"`
-	Certificates []*cmv1.Certificate       `json:"certificates,omitempty"`
-	Tenants      []Tenant                  `json:"tenants,omitempty"`
-	Exposures    []Exposure                `json:"databaseExposures,omitempty"`
-	CertNames    []CertificateNames        `json:"certificateNames,omitempty"`
-	Errors       []string                  `json:"translateErrors,omitempty"`
-	Gateway      []translate.GatewayStatus `json:"gatewayStatus,omitempty"`
+	Gateways     []*gwv1.Gateway               `json:"gateways,omitempty"`
+	ListenerSets []*gwv1.ListenerSet           `json:"listenerSets,omitempty"`
+	HTTPRoutes   []*gwv1.HTTPRoute             `json:"httpRoutes,omitempty"`
+	TLSRoutes    []*gwv1.TLSRoute              `json:"tlsRoutes,omitempty"`
+	TCPRoutes    []*gwv1.TCPRoute              `json:"tcpRoutes,omitempty"`
+	Issuers      []*cmv1.Issuer                `json:"issuers,omitempty"`
+	Certificates []*cmv1.Certificate           `json:"certificates,omitempty"`
+	Tenants      []Tenant                      `json:"tenants,omitempty"`
+	Exposures    []Exposure                    `json:"databaseExposures,omitempty"`
+	CertNames    []CertificateNames            `json:"certificateNames,omitempty"`
+	Errors       []string                      `json:"translateErrors,omitempty"`
+	Gateway      []translate.GatewayStatus     `json:"gatewayStatus,omitempty"`
+	ListenerSet  []translate.ListenerSetStatus `json:"listenerSetStatus,omitempty"`
 	// Routes is each route's Accepted condition per parent: which routes the tenant tree let in.
 	Routes []string `json:"routes,omitempty"`
 }
@@ -59,7 +61,7 @@ func run(res *resources.Resources, opts Options) (*Result, *translate.Result) {
 
 func renderGolden(t *testing.T, out *Result, tr *translate.Result) string {
 	t.Helper()
-	g := golden{Gateways: out.Gateways, HTTPRoutes: out.HTTPRoutes, TLSRoutes: out.TLSRoutes, TCPRoutes: out.TCPRoutes,
+	g := golden{Gateways: out.Gateways, ListenerSets: out.ListenerSets, HTTPRoutes: out.HTTPRoutes, TLSRoutes: out.TLSRoutes, TCPRoutes: out.TCPRoutes,
 		Issuers: out.Issuers, Certificates: out.Certificates, Tenants: out.Tenants, Exposures: out.Exposures, CertNames: out.CertificateNames}
 	for _, e := range tr.Errors {
 		g.Errors = append(g.Errors, e.Error())
@@ -69,6 +71,13 @@ func renderGolden(t *testing.T, out *Result, tr *translate.Result) string {
 			for _, rg := range out.Gateways {
 				if gs.Namespace == rg.Namespace && gs.Name == rg.Name {
 					g.Gateway = append(g.Gateway, gs)
+				}
+			}
+		}
+		for _, ss := range tr.Status.ListenerSets {
+			for _, rs := range out.ListenerSets {
+				if ss.Namespace == rs.Namespace && ss.Name == rs.Name {
+					g.ListenerSet = append(g.ListenerSet, ss)
 				}
 			}
 		}

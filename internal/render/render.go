@@ -111,8 +111,11 @@ type Options struct {
 
 // Result is what Render made.
 type Result struct {
-	Gateways   []*gwv1.Gateway
-	HTTPRoutes []*gwv1.HTTPRoute
+	Gateways []*gwv1.Gateway
+	// ListenerSets are the TenantGateways with spec.parentGatewayRef: their listeners on a
+	// shared Gateway, in place of a Gateway of their own.
+	ListenerSets []*gwv1.ListenerSet
+	HTTPRoutes   []*gwv1.HTTPRoute
 	// TLSRoutes and TCPRoutes are the DatabaseExposures' routes.
 	TLSRoutes    []*gwv1.TLSRoute
 	TCPRoutes    []*gwv1.TCPRoute
@@ -143,7 +146,8 @@ type Tenant struct {
 	held   map[string]string  // listener name → reason
 	stored []metav1.Condition // the conditions the input object carried
 	gw     *gwv1.Gateway
-	secret *corev1.Secret // the wildcard Secret served (existingSecret mode)
+	set    *gwv1.ListenerSet // in place of gw, with spec.parentGatewayRef
+	secret *corev1.Secret    // the wildcard Secret served (existingSecret mode)
 }
 
 // Merge returns res with the rendered Gateways and HTTPRoutes added (a new Resources; res
@@ -152,6 +156,7 @@ type Tenant struct {
 func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 	out := *res
 	out.Gateways = append(slices.Clip(res.Gateways), r.Gateways...)
+	out.ListenerSets = append(slices.Clip(res.ListenerSets), r.ListenerSets...)
 	out.HTTPRoutes = append(slices.Clip(res.HTTPRoutes), r.HTTPRoutes...)
 	out.TLSRoutes = append(slices.Clip(res.TLSRoutes), r.TLSRoutes...)
 	out.TCPRoutes = append(slices.Clip(res.TCPRoutes), r.TCPRoutes...)
@@ -176,13 +181,16 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 			}
 		}
 	}
-	if len(r.Gateways)+len(r.HTTPRoutes)+len(r.TLSRoutes)+len(r.TCPRoutes) > 0 {
+	if len(r.Gateways)+len(r.ListenerSets)+len(r.HTTPRoutes)+len(r.TLSRoutes)+len(r.TCPRoutes) > 0 {
 		out.Origins = make(map[string]string, len(res.Origins)+len(r.Gateways)+len(r.HTTPRoutes))
 		for k, v := range res.Origins {
 			out.Origins[k] = v
 		}
 		for _, g := range r.Gateways {
 			out.Origins[resources.OriginKey("Gateway", g.Namespace, g.Name)] = res.Origin("TenantGateway", g.Namespace, g.Labels[LabelTenantGateway])
+		}
+		for _, ls := range r.ListenerSets {
+			out.Origins[resources.OriginKey("ListenerSet", ls.Namespace, ls.Name)] = res.Origin("TenantGateway", ls.Namespace, ls.Labels[LabelTenantGateway])
 		}
 		for _, h := range r.HTTPRoutes {
 			out.Origins[resources.OriginKey("HTTPRoute", h.Namespace, h.Name)] = res.Origin("TenantGateway", h.Namespace, h.Labels[LabelTenantGateway])
@@ -246,6 +254,7 @@ func Render(in *resources.Resources, opts Options) *Result {
 		// An object rendered the same as last time is the same pointer: the contract of
 		// package resources, on which translate's memo relies.
 		r.out.Gateways = reuse(r.out.Gateways, p.Gateways)
+		r.out.ListenerSets = reuse(r.out.ListenerSets, p.ListenerSets)
 		r.out.HTTPRoutes = reuse(r.out.HTTPRoutes, p.HTTPRoutes)
 		r.out.TLSRoutes = reuse(r.out.TLSRoutes, p.TLSRoutes)
 		r.out.TCPRoutes = reuse(r.out.TCPRoutes, p.TCPRoutes)
@@ -256,6 +265,13 @@ func Render(in *resources.Resources, opts Options) *Result {
 				for _, pg := range r.out.Gateways {
 					if pg.Namespace == g.Namespace && pg.Name == g.Name {
 						r.out.Tenants[i].gw = pg
+					}
+				}
+			}
+			if ls := r.out.Tenants[i].set; ls != nil {
+				for _, ps := range r.out.ListenerSets {
+					if ps.Namespace == ls.Namespace && ps.Name == ls.Name {
+						r.out.Tenants[i].set = ps
 					}
 				}
 			}
@@ -281,6 +297,10 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	st := &Tenant{Namespace: t.Namespace, Name: t.Name, held: map[string]string{}, stored: src.Status.Conditions}
 	st.Status.ObservedGeneration = t.Generation
 	st.Status.GatewayRef = &v1alpha1.GatewayRef{Name: t.Name, Namespace: t.Namespace}
+	if ref := t.Spec.ParentGatewayRef; ref != nil {
+		// The Gateway its listeners are on: the shared one.
+		st.Status.GatewayRef = &v1alpha1.GatewayRef{Name: ref.Name, Namespace: ref.Namespace}
+	}
 	cond := func(typ string, ok bool, reason, msg string) {
 		conditions.Set(&st.Status.Conditions, src.Status.Conditions, metav1.Condition{
 			Type: typ, Status: conditions.Status(ok), Reason: reason, Message: msg, ObservedGeneration: t.Generation,
@@ -359,9 +379,15 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	} else {
 		cond(v1alpha1.ConditionReady, false, v1alpha1.ReasonPending, "waiting for the Gateway to be programmed")
 	}
-	st.gw, st.Rendered = b.gw, true
+	st.Rendered = true
 	st.Status.Listeners = b.listenerStatus()
-	r.out.Gateways = append(r.out.Gateways, b.gw)
+	if t.Spec.ParentGatewayRef != nil {
+		st.set = b.listenerSet()
+		r.out.ListenerSets = append(r.out.ListenerSets, st.set)
+	} else {
+		st.gw = b.gw
+		r.out.Gateways = append(r.out.Gateways, b.gw)
+	}
 	r.out.HTTPRoutes = append(r.out.HTTPRoutes, b.routes...)
 	r.out.TLSRoutes = append(r.out.TLSRoutes, b.tlsRoutes...)
 	r.out.TCPRoutes = append(r.out.TCPRoutes, b.tcpRoutes...)
@@ -399,6 +425,12 @@ func (r *renderer) previous(t *v1alpha1.TenantGateway, st *Tenant) {
 			st.gw = g
 		}
 	}
+	for _, ls := range p.ListenerSets {
+		if mine(ls) {
+			r.out.ListenerSets = append(r.out.ListenerSets, ls)
+			st.set = ls
+		}
+	}
 	for _, h := range p.HTTPRoutes {
 		if mine(h) {
 			r.out.HTTPRoutes = append(r.out.HTTPRoutes, h)
@@ -430,6 +462,11 @@ func (r *renderer) nameInUse(t *v1alpha1.TenantGateway) string {
 	for _, g := range r.in.Gateways {
 		if g.Namespace == t.Namespace && g.Name == t.Name && !ownedBy(g, t) {
 			return fmt.Sprintf("Gateway %s/%s exists and is not this TenantGateway's: rename one of them", g.Namespace, g.Name)
+		}
+	}
+	for _, ls := range r.in.ListenerSets {
+		if ls.Namespace == t.Namespace && ls.Name == t.Name && !ownedBy(ls, t) {
+			return fmt.Sprintf("ListenerSet %s/%s exists and is not this TenantGateway's: rename one of them", ls.Namespace, ls.Name)
 		}
 	}
 	for _, h := range r.in.HTTPRoutes {

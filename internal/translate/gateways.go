@@ -205,12 +205,7 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 			gw.owners[strings.ToLower(host)] = owner
 		}
 	}
-	plaintext := map[string]bool{}
-	for _, n := range strings.Split(g.Annotations[PlaintextListenersAnnotation], ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			plaintext[n] = true
-		}
-	}
+	plaintext := plaintextListeners(g.Annotations)
 	for i := range g.Spec.Listeners {
 		l := t.listener(gw, nil, &g.Spec.Listeners[i])
 		l.index = i
@@ -219,6 +214,18 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 	}
 	markConflicts(gw.listeners)
 	return gw
+}
+
+// plaintextListeners are the listener names of PlaintextListenersAnnotation (on a Gateway or
+// a ListenerSet).
+func plaintextListeners(annotations map[string]string) map[string]bool {
+	plaintext := map[string]bool{}
+	for _, n := range strings.Split(annotations[PlaintextListenersAnnotation], ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			plaintext[n] = true
+		}
+	}
+	return plaintext
 }
 
 func (t *translator) listener(gw *gateway, set *listenerSet, spec *gwv1.Listener) *listener {

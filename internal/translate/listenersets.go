@@ -63,11 +63,14 @@ func (t *translator) buildListenerSets() {
 			s.rejectReason = gwv1.ListenerSetReasonParentNotAccepted
 			s.rejectMsg = fmt.Sprintf("Gateway %s is not accepted", gw.key)
 		}
+		plaintext := plaintextListeners(o.Annotations)
 		for i := range o.Spec.Listeners {
 			e := &o.Spec.Listeners[i]
 			spec := &gwv1.Listener{Name: e.Name, Hostname: e.Hostname, Port: e.Port, Protocol: e.Protocol,
 				TLS: e.TLS, AllowedRoutes: e.AllowedRoutes}
-			s.listeners = append(s.listeners, t.listener(gw, s, spec))
+			l := t.listener(gw, s, spec)
+			l.redirectsOnly = plaintext[string(e.Name)] && e.Protocol == gwv1.HTTPProtocolType
+			s.listeners = append(s.listeners, l)
 		}
 		if s.rejected() {
 			for _, l := range s.listeners {

@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -277,6 +278,9 @@ func renderedObjects(out *render.Result, certManager bool) []client.Object {
 	for _, g := range out.Gateways {
 		objs = append(objs, g)
 	}
+	for _, ls := range out.ListenerSets {
+		objs = append(objs, ls)
+	}
 	for _, h := range out.HTTPRoutes {
 		objs = append(objs, h)
 	}
@@ -329,6 +333,7 @@ var staleKinds = []struct {
 	certManager bool
 }{
 	{gwv1.SchemeGroupVersion.WithKind("Gateway"), false},
+	{gwv1.SchemeGroupVersion.WithKind("ListenerSet"), false},
 	{gwv1.SchemeGroupVersion.WithKind("HTTPRoute"), false},
 	{cmv1.SchemeGroupVersion.WithKind(cmv1.IssuerKind), true},
 	{cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind), true},
@@ -354,6 +359,9 @@ func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, wan
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
 		if err := a.cl.List(ctx, list, client.HasLabels{render.LabelTenantGateway}); err != nil {
+			if meta.IsNoMatchError(err) {
+				continue // a kind the API server does not serve (ListenerSet before v1.5): nothing of it to delete
+			}
 			errs = append(errs, fmt.Errorf("listing %ss: %w", k.gvk.Kind, err))
 			continue
 		}
