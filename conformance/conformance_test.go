@@ -229,7 +229,11 @@ func TestConformance(t *testing.T) {
 				Version:      version(),
 				Contact:      []string{"https://github.com/snigate/snigate/issues"},
 			},
-			RunTest:   os.Getenv("SNIGATE_CONFORMANCE_RUN_TEST"),
+			// GatewayStaticAddresses: the local proxy binds 127.0.0.0/24 (--local-addresses);
+			// an address there that it never hands out is usable, one outside it is not.
+			UsableNetworkAddresses:   []gwv1.GatewaySpecAddress{{Type: new(gwv1.IPAddressType), Value: "127.0.0.250"}},
+			UnusableNetworkAddresses: []gwv1.GatewaySpecAddress{{Type: new(gwv1.IPAddressType), Value: "192.0.2.1"}},
+			RunTest:                  os.Getenv("SNIGATE_CONFORMANCE_RUN_TEST"),
 			SkipTests: splitList(os.Getenv("SNIGATE_CONFORMANCE_SKIP_TESTS")),
 		},
 		Client:     cl,

@@ -233,6 +233,16 @@ func Service(gw *gwv1.Gateway, sets ...*gwv1.ListenerSet) *corev1ac.ServiceApply
 		return nil
 	}
 	spec := corev1ac.ServiceSpec().WithType(corev1.ServiceTypeLoadBalancer).WithSelector(selectorLabels(gw))
+	// A static address (spec.addresses, IPAddress) is asked of the load balancer: a
+	// LoadBalancer Service takes one, in loadBalancerIP, which the cloud controllers and
+	// MetalLB honour (deprecated in core for per-provider annotations, still the one field
+	// every provider reads). Further addresses are not passed on.
+	for _, a := range gw.Spec.Addresses {
+		if (a.Type == nil || *a.Type == gwv1.IPAddressType) && a.Value != "" {
+			spec.WithLoadBalancerIP(a.Value)
+			break
+		}
+	}
 	for _, p := range ports {
 		spec.WithPorts(corev1ac.ServicePort().WithName("port-" + strconv.Itoa(int(p))).
 			WithProtocol(corev1.ProtocolTCP).WithPort(p).WithTargetPort(intstr.FromInt32(p)))

@@ -141,3 +141,16 @@ func TestAttachedSetsPorts(t *testing.T) {
 		t.Errorf("Ports = %v, want [443 5432]", got)
 	}
 }
+
+// A Gateway's first static IPAddress is asked of the load balancer.
+func TestServiceStaticAddress(t *testing.T) {
+	gw := gateway("edge", 443)
+	if svc := Service(gw); svc.Spec.LoadBalancerIP != nil {
+		t.Errorf("no spec.addresses, loadBalancerIP %q", *svc.Spec.LoadBalancerIP)
+	}
+	gw.Spec.Addresses = []gwv1.GatewaySpecAddress{{Type: ptr(gwv1.HostnameAddressType), Value: "lb.example.com"},
+		{Type: ptr(gwv1.IPAddressType), Value: "203.0.113.7"}, {Value: "203.0.113.8"}}
+	if svc := Service(gw); svc.Spec.LoadBalancerIP == nil || *svc.Spec.LoadBalancerIP != "203.0.113.7" {
+		t.Errorf("loadBalancerIP %v, want 203.0.113.7", svc.Spec.LoadBalancerIP)
+	}
+}

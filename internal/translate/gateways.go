@@ -63,6 +63,10 @@ type gateway struct {
 	// (HostnameOwnersAnnotation).
 	owners map[string]string
 
+	// unusable says which spec.addresses the data plane cannot bind
+	// (Options.UsableAddresses): the Gateway is then Programmed=False/AddressNotUsable.
+	unusable []string
+
 	// rejectReason is set when the Gateway as a whole is not accepted, before its
 	// listeners are looked at.
 	rejectReason gwv1.GatewayConditionReason
@@ -181,11 +185,15 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 		if a.Value != "" {
 			addr = netip.MustParseAddr(a.Value).Unmap() // validated
 		}
+		if u := t.opts.UsableAddresses; u.IsValid() && !u.Contains(addr) {
+			gw.unusable = append(gw.unusable, fmt.Sprintf("spec.addresses[%d]: %s is not an address this data plane can bind (it binds %s)", i, addr, u))
+			continue
+		}
 		if !slices.Contains(gw.addrs, addr) {
 			gw.addrs = append(gw.addrs, addr)
 		}
 	}
-	if len(gw.addrs) == 0 {
+	if len(gw.addrs) == 0 && len(gw.unusable) == 0 {
 		gw.addrs = []netip.Addr{t.defaultAddr}
 	}
 	if v, ok := g.Annotations[MaxConnectionsAnnotation]; ok {

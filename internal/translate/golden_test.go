@@ -2,6 +2,7 @@ package translate
 
 import (
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,11 +28,15 @@ func testOptions() Options {
 
 // goldenOptions are the options the golden input file in is translated with: testOptions,
 // plus ProvisionedAddresses for a file named provisioned-*.in.yaml (the input of a cluster
-// where internal/provision runs). The file name says it, so the input stays plain YAML that
+// where internal/provision runs), and UsableAddresses 127.0.0.0/24 for local-*.in.yaml (a
+// local proxy's prefix). The file name says it, so the input stays plain YAML that
 // file.Load and `snigate check` read as they are.
 func goldenOptions(in string) Options {
 	o := testOptions()
 	o.ProvisionedAddresses = strings.HasPrefix(filepath.Base(in), "provisioned-")
+	if strings.HasPrefix(filepath.Base(in), "local-") {
+		o.UsableAddresses = netip.MustParsePrefix("127.0.0.0/24")
+	}
 	return o
 }
 

@@ -89,7 +89,8 @@ func (c memoContext) equal(o memoContext) bool {
 	return slices.EqualFunc(c.objects, o.objects, slices.Equal) &&
 		c.opts.ControllerName == o.opts.ControllerName && c.opts.DefaultBindAddress == o.opts.DefaultBindAddress &&
 		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass &&
-		c.opts.ProvisionedAddresses == o.opts.ProvisionedAddresses && maps.Equal(c.opts.BindPorts, o.opts.BindPorts)
+		c.opts.ProvisionedAddresses == o.opts.ProvisionedAddresses && maps.Equal(c.opts.BindPorts, o.opts.BindPorts) &&
+		c.opts.UsableAddresses == o.opts.UsableAddresses
 }
 
 // unvalidated returns the routes the memo has not seen pass validation.

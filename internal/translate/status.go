@@ -257,6 +257,8 @@ func (t *translator) gatewayStatus(gw *gateway) gwv1.GatewayStatus {
 		}
 	}
 	switch {
+	case len(gw.unusable) > 0:
+		conds.set(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonAddressNotUsable), strings.Join(gw.unusable, "; "))
 	case programmed == 0:
 		conds.set(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonInvalid), "no listener is programmed")
 	case t.opts.ProvisionedAddresses && len(st.Addresses) == 0:

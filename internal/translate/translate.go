@@ -60,8 +60,10 @@ const (
 // GatewayClass status.supportedFeatures requires.
 var SupportedFeatures = []gwv1.SupportedFeature{
 	{Name: gwv1.FeatureName(features.SupportGateway)},
+	{Name: gwv1.FeatureName(features.SupportGatewayAddressEmpty)},
 	{Name: gwv1.FeatureName(features.SupportGatewayHTTPListenerIsolation)},
 	{Name: gwv1.FeatureName(features.SupportGatewayPort8080)},
+	{Name: gwv1.FeatureName(features.SupportGatewayStaticAddresses)},
 	{Name: gwv1.FeatureName(features.SupportHTTPRoute)},
 	{Name: gwv1.FeatureName(features.SupportHTTPRouteBackendProtocolWebSocket)},
 	{Name: gwv1.FeatureName(features.SupportHTTPRouteMethodMatching)},
@@ -100,6 +102,11 @@ type Options struct {
 	// Gateway with programmed listeners is Programmed=False/AddressNotAssigned. Set it when
 	// internal/provision runs in the cluster the input comes from.
 	ProvisionedAddresses bool
+	// UsableAddresses, when valid, are the only addresses the data plane can bind: a
+	// Gateway whose spec.addresses name one outside it is Programmed=False with
+	// AddressNotUsable and binds only its usable ones (a local proxy that owns a prefix,
+	// cluster.Config.LocalAddresses). Invalid: every address is taken as usable.
+	UsableAddresses netip.Prefix
 	// BindPorts binds a listener port to another port of the host (443 -> 8443): a
 	// standalone gateway run without the privilege to bind ports below 1024 keeps the
 	// Gateway's ports (status, routing, each port's isolation) and only listens elsewhere,

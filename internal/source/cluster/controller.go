@@ -229,6 +229,8 @@ func New(cfg Config) (*Controller, error) {
 			RequireGatewayClass: true,
 			// Provisioned Gateways are reached through their LoadBalancer Services.
 			ProvisionedAddresses: cfg.Provision != nil,
+			// A local proxy binds only addresses of its prefix.
+			UsableAddresses: cfg.LocalAddresses,
 		},
 	}
 	if !cfg.ReadOnly {

@@ -13,7 +13,8 @@ import (
 	"github.com/snigate/snigate/internal/resources"
 )
 
-// localAddresses gives every Gateway without spec.addresses an address of its own from a
+// localAddresses gives every Gateway without spec.addresses (or with only IPAddress entries
+// without a value) an address of its own from a
 // prefix (Config.LocalAddresses, for example 127.0.0.0/24), for a local proxy that serves
 // many Gateways on one machine: each Gateway binds its address, which translate then reports
 // in status.addresses, so Gateways on the same port with overlapping hostnames stay apart.
@@ -43,8 +44,17 @@ func (l *localAddresses) assign(res *resources.Resources) *resources.Resources {
 	for _, g := range res.Gateways {
 		key := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
 		seen[key] = true
-		if _, ok := l.byGW[key]; !ok && len(g.Spec.Addresses) == 0 {
+		if _, ok := l.byGW[key]; !ok && wantsAddress(g) {
 			fresh = append(fresh, g)
+		}
+	}
+	// Static addresses in the prefix are their Gateways': never handed out to another.
+	static := map[netip.Addr]bool{}
+	for _, g := range res.Gateways {
+		for _, a := range g.Spec.Addresses {
+			if ip, err := netip.ParseAddr(a.Value); err == nil {
+				static[ip.Unmap()] = true
+			}
 		}
 	}
 	for key, a := range l.byGW {
@@ -61,7 +71,7 @@ func (l *localAddresses) assign(res *resources.Resources) *resources.Resources {
 	})
 	for _, g := range fresh {
 		for a := l.prefix.Addr().Next().Next(); a.IsValid() && l.prefix.Contains(a); a = a.Next() {
-			if !l.used[a] {
+			if !l.used[a] && !static[a] {
 				l.used[a] = true
 				l.byGW[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = a
 				break
@@ -73,7 +83,7 @@ func (l *localAddresses) assign(res *resources.Resources) *resources.Resources {
 	for i, g := range res.Gateways {
 		out.Gateways[i] = g
 		a, ok := l.byGW[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}]
-		if !ok || len(g.Spec.Addresses) > 0 {
+		if !ok || !wantsAddress(g) {
 			continue
 		}
 		c := g.DeepCopy()
@@ -81,4 +91,15 @@ func (l *localAddresses) assign(res *resources.Resources) *resources.Resources {
 		out.Gateways[i] = c
 	}
 	return &out
+}
+
+// wantsAddress: g has no spec.addresses, or only IPAddress entries without a value (the
+// Gateway API's GatewayAddressEmpty: "an address of this type, any one").
+func wantsAddress(g *gwv1.Gateway) bool {
+	for _, a := range g.Spec.Addresses {
+		if a.Value != "" || (a.Type != nil && *a.Type != gwv1.IPAddressType) {
+			return false
+		}
+	}
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/resources"
@@ -55,6 +56,14 @@ func TestLocalAddresses(t *testing.T) {
 	out = l.assign(&resources.Resources{Gateways: []*gwv1.Gateway{a, gw("c", 3)}})
 	if addrOf(out, "a") != "127.0.0.3" || addrOf(out, "c") != "127.0.0.2" {
 		t.Errorf("after deleting b: a %s, c %s; want 127.0.0.3, 127.0.0.2", addrOf(out, "a"), addrOf(out, "c"))
+	}
+	// An IPAddress entry without value asks for an address; a static one in the prefix is
+	// never handed to another Gateway.
+	empty := gw("empty", 4)
+	empty.Spec.Addresses = []gwv1.GatewaySpecAddress{{Type: ptr.To(gwv1.IPAddressType)}}
+	out = l.assign(&resources.Resources{Gateways: []*gwv1.Gateway{a, gw("c", 3), gw("static", 5, "127.0.0.4"), empty}})
+	if got := addrOf(out, "empty"); got != "127.0.0.5" {
+		t.Errorf("a Gateway with an empty IPAddress got %s, want 127.0.0.5 (127.0.0.4 is static)", got)
 	}
 	if _, err := newLocalAddresses(netip.MustParsePrefix("127.0.0.1/32")); err == nil {
 		t.Error("a /32 was accepted")
