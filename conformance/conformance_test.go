@@ -234,7 +234,7 @@ func TestConformance(t *testing.T) {
 			UsableNetworkAddresses:   []gwv1.GatewaySpecAddress{{Type: new(gwv1.IPAddressType), Value: "127.0.0.250"}},
 			UnusableNetworkAddresses: []gwv1.GatewaySpecAddress{{Type: new(gwv1.IPAddressType), Value: "192.0.2.1"}},
 			RunTest:                  os.Getenv("SNIGATE_CONFORMANCE_RUN_TEST"),
-			SkipTests: splitList(os.Getenv("SNIGATE_CONFORMANCE_SKIP_TESTS")),
+			SkipTests:                splitList(os.Getenv("SNIGATE_CONFORMANCE_SKIP_TESTS")),
 		},
 		Client:     cl,
 		Clientset:  cs,
