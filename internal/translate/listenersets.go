@@ -20,8 +20,7 @@ import (
 //
 // A listener that conflicts with one earlier in that order (the Gateway's own, an older
 // set's, one before it in its own set) is Conflicted and serves nothing, and the earlier one
-// keeps serving: a new tenant's
-// set can never take a port or hostname from one already there. Statuses name only the
+// keeps serving: a new tenant's set can never take a port or hostname from one already there. Statuses name only the
 // conflicting listener's port, hostname and name, never another set's routes or Secrets.
 
 type listenerSet struct {
@@ -41,18 +40,24 @@ func (s *listenerSet) rejected() bool { return s.rejectReason != "" }
 func (t *translator) buildListenerSets() {
 	sets := slices.Clone(t.in.ListenerSets)
 	slices.SortFunc(sets, func(a, b *gwv1.ListenerSet) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	// Per Gateway and port, the listeners that serve so far: a platform with a thousand
+	// tenants' sets compares each new listener with those of its port only.
+	serving := map[*gateway]map[gwv1.PortNumber][]*listener{}
 	for _, o := range sets {
-		ref := o.Spec.ParentRef
-		if (ref.Group != nil && *ref.Group != groupGateway) || (ref.Kind != nil && *ref.Kind != kindGateway) {
-			continue // another kind of parent: not ours
+		key, ok := parentOf(o)
+		gw := t.gwByName[key]
+		if !ok || gw == nil {
+			continue // another kind of parent, or not one of our Gateways: not ours to report
 		}
-		ns := o.Namespace
-		if ref.Namespace != nil && *ref.Namespace != "" {
-			ns = string(*ref.Namespace)
-		}
-		gw := t.gwByName[nsName{ns, string(ref.Name)}]
-		if gw == nil {
-			continue // not one of our Gateways: not ours to report
+		byPort := serving[gw]
+		if byPort == nil {
+			byPort = map[gwv1.PortNumber][]*listener{}
+			for _, l := range gw.listeners {
+				if l.routeKind != "" && l.conflict == "" {
+					byPort[l.spec.Port] = append(byPort[l.spec.Port], l)
+				}
+			}
+			serving[gw] = byPort
 		}
 		s := &listenerSet{obj: o, key: nsName{o.Namespace, o.Name}, gw: gw}
 		t.sets = append(t.sets, s)
@@ -84,14 +89,14 @@ func (t *translator) buildListenerSets() {
 		// of an older set's or one earlier in its own list: the earlier one wins.
 		for _, l := range s.listeners {
 			if l.routeKind != "" {
-				for _, earlier := range gw.listeners {
-					if earlier.routeKind == "" || earlier.conflict != "" {
-						continue
-					}
+				for _, earlier := range byPort[l.spec.Port] {
 					if reason, msg := conflictBetween(earlier, l); reason != "" {
 						l.setConflict(reason, msg)
 						break
 					}
+				}
+				if l.conflict == "" {
+					byPort[l.spec.Port] = append(byPort[l.spec.Port], l)
 				}
 			}
 			l.index = len(gw.listeners)
@@ -136,15 +141,21 @@ func AllowsListenerSet(gw *gwv1.Gateway, ns string, nsLabels labels.Set) (bool, 
 
 // IsParent reports whether ListenerSet s names Gateway gw as its parent.
 func IsParent(s *gwv1.ListenerSet, gw *gwv1.Gateway) bool {
+	key, ok := parentOf(s)
+	return ok && key == nsName{gw.Namespace, gw.Name}
+}
+
+// parentOf is the Gateway s names as its parent; false for another kind of parent.
+func parentOf(s *gwv1.ListenerSet) (nsName, bool) {
 	ref := s.Spec.ParentRef
 	if (ref.Group != nil && *ref.Group != groupGateway) || (ref.Kind != nil && *ref.Kind != kindGateway) {
-		return false
+		return nsName{}, false
 	}
 	ns := s.Namespace
 	if ref.Namespace != nil && *ref.Namespace != "" {
 		ns = string(*ref.Namespace)
 	}
-	return ns == gw.Namespace && string(ref.Name) == gw.Name
+	return nsName{ns, string(ref.Name)}, true
 }
 
 // conflictBetween is why listener b conflicts with a, on the rules markConflicts applies
