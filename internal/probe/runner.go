@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/snigate/snigate/api/v1alpha1"
 )
 
 // Key names a DatabaseExposure: namespace, name.
@@ -21,10 +23,11 @@ type RunnerOptions struct {
 	// Interval between two probes of an unchanged target (default 5 minutes): a rotated or
 	// expiring certificate is seen within it.
 	Interval time.Duration
-	// Retry is the first wait before probing again a target that does not serve its
-	// Expected certificate yet (default 5 seconds); it doubles at each such probe, up to
-	// Interval. A database reloads a reissued certificate some time after its Secret
-	// changes (a sidecar, a restart): the status follows within seconds, not minutes.
+	// Retry is the first wait before probing again a target that was unreachable or does
+	// not serve its Expected certificate yet (default 5 seconds); it doubles at each such
+	// probe, up to Interval. A database starts after the gateway, or reloads a reissued
+	// certificate some time after its Secret changes: the status follows within seconds,
+	// not minutes.
 	Retry time.Duration
 	// Timeout bounds one probe (default DefaultTimeout).
 	Timeout time.Duration
@@ -54,8 +57,9 @@ type Runner struct {
 	targets map[Key]Target
 	results map[Key]Result
 	probed  map[Key]time.Time // when each target was last probed
-	// retries counts, per target, the probes in a row that did not see its Expected
-	// certificate: the next one comes after Retry << retries (at most Interval).
+	// retries counts, per target, the probes in a row that found it unreachable or not
+	// serving its Expected certificate: the next one comes after Retry << retries (at most
+	// Interval).
 	retries map[Key]int
 }
 
@@ -199,7 +203,11 @@ func (r *Runner) record(k Key, t Target, res Result) bool {
 	}
 	old, had := r.results[k]
 	r.results[k] = res
-	if t.Expected != nil && (res.Certificate == nil || res.Certificate.Serial != serialHex(t.Expected.SerialNumber)) {
+	// Soon again: a backend not reachable yet (a database that starts after the gateway, or
+	// restarts), or not serving its Expected certificate yet.
+	unreachable := res.Reason == v1alpha1.ReasonUnreachable
+	stale := t.Expected != nil && (res.Certificate == nil || res.Certificate.Serial != serialHex(t.Expected.SerialNumber))
+	if unreachable || stale {
 		if n, ok := r.retries[k]; ok {
 			r.retries[k] = n + 1
 		} else {

@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"crypto/tls"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,5 +135,51 @@ func TestRunnerRetriesUntilExpected(t *testing.T) {
 		case <-time.After(time.Second):
 		}
 	case <-time.After(time.Second):
+	}
+}
+
+// A backend that is not listening yet (a database that starts after the gateway) is probed
+// again after Retry, not after a whole Interval: its verdict follows within seconds.
+func TestRunnerRetriesUnreachable(t *testing.T) {
+	ca := snitest.NewCA(t)
+	good := ca.Issue(t, "db.example.test")
+	l := snitest.Listen(t)
+	addr := l.Addr().String()
+	l.Close() // nothing listens there until the backend starts
+	r := NewRunner(RunnerOptions{Interval: time.Hour, Retry: 100 * time.Millisecond, Timeout: 2 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	key := Key{"acme", "orders"}
+	r.Set(map[Key]Target{key: {Address: addr, Start: engine.DirectTLS, SNI: "db.example.test",
+		Hostnames: []string{"db.example.test"}, Roots: ca.Pool()}})
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Results()[key].Reason != v1alpha1.ReasonUnreachable {
+		if time.Now().After(deadline) {
+			t.Fatalf("no Unreachable verdict: %+v", r.Results()[key])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The backend starts on that address.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the address was taken meanwhile: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); serveTLS(c, tlsConfig(good.TLS)) }()
+		}
+	}()
+	for r.Results()[key].Reason != v1alpha1.ReasonVerified {
+		if time.Now().After(deadline) {
+			t.Fatalf("the started backend was not probed again within 10 s: %+v", r.Results()[key])
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
