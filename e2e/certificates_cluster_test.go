@@ -82,11 +82,18 @@ metadata: {name: `+acmetest.ClusterResourceNamespace+`}
 // gatewayAddress waits for the Gateway's first status address.
 func (c *certCluster) gatewayAddress(t *testing.T, ns, name string) string {
 	t.Helper()
+	return waitGatewayAddress(t, c.cl, ns, name, nil)
+}
+
+// waitGatewayAddress waits until Gateway ns/name has a status address (and check, when
+// given, passes on it) and returns the first.
+func waitGatewayAddress(t *testing.T, cl client.Client, ns, name string, check func(gw *unstructured.Unstructured) error) string {
+	t.Helper()
 	var addr string
 	kubetest.Eventually(t, clusterWait, "Gateway "+ns+"/"+name+" has an address", func() error {
 		gw := &unstructured.Unstructured{}
 		gw.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "Gateway"})
-		if err := c.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, gw); err != nil {
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, gw); err != nil {
 			return err
 		}
 		addrs, _, _ := unstructured.NestedSlice(gw.Object, "status", "addresses")
@@ -95,6 +102,9 @@ func (c *certCluster) gatewayAddress(t *testing.T, ns, name string) string {
 		}
 		a, _ := addrs[0].(map[string]any)
 		addr, _ = a["value"].(string)
+		if check != nil {
+			return check(gw)
+		}
 		return nil
 	})
 	return addr
@@ -135,17 +145,9 @@ func (c *certCluster) certificateFor(t *testing.T, ns, name string, onWait func(
 
 func (c *certCluster) secretLeaf(t *testing.T, ns, name string) *x509.Certificate {
 	t.Helper()
-	var s corev1.Secret
-	if err := c.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(s.Data[corev1.TLSCertKey])
-	if block == nil {
-		t.Fatalf("Secret %s/%s: no certificate", ns, name)
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
+	leaf := c.secretLeafMaybe(ns, name)
+	if leaf == nil {
+		t.Fatalf("Secret %s/%s: no readable certificate", ns, name)
 	}
 	return leaf
 }
@@ -173,10 +175,12 @@ func curlHTTPS(t *testing.T, addr, host, caFile string) string {
 	return string(out)
 }
 
-// servedSerial is the serial of the certificate addr:443 serves for host.
+// servedSerial is the serial of the certificate addr:443 serves for host, verified against
+// roots; nil roots: not verified (before the issued certificate is served, the listener may
+// have none a root verifies).
 func servedSerial(addr, host string, roots *x509.CertPool) (*big.Int, error) {
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(addr, "443"),
-		&tls.Config{ServerName: host, RootCAs: roots})
+		&tls.Config{ServerName: host, RootCAs: roots, InsecureSkipVerify: roots == nil})
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +268,7 @@ spec:
 			t.Errorf("the issued certificate does not chain to Pebble's root: %v", err)
 		}
 		kubetest.Eventually(t, clusterWait, "app.acme.test served with the issued certificate", func() error {
-			s, err := servedSerialInsecure(addr, "app.acme.test")
+			s, err := servedSerial(addr, "app.acme.test", nil)
 			if err != nil {
 				return err
 			}
@@ -563,18 +567,6 @@ func plainGET(addr, host, path string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
-}
-
-// servedSerialInsecure is servedSerial without verification: before the issued
-// certificate is served, the listener may have none Pebble's root verifies.
-func servedSerialInsecure(addr, host string) (*big.Int, error) {
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", net.JoinHostPort(addr, "443"),
-		&tls.Config{ServerName: host, InsecureSkipVerify: true})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	return c.ConnectionState().PeerCertificates[0].SerialNumber, nil
 }
 
 // intermediates is the chain of the Certificate's Secret beyond the leaf.

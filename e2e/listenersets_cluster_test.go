@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/snigate/snigate/internal/testutil"
 	"github.com/snigate/snigate/internal/testutil/fixture"
@@ -33,40 +34,15 @@ var listenerSetGVK = schema.GroupVersionKind{Group: "gateway.networking.k8s.io",
 // keeps serving; removing tenant b removes only its listener. A connection to a's database
 // held open across all of it keeps working.
 func TestListenerSetsCluster(t *testing.T) {
-	needBinary(t)
-	if os.Geteuid() != 0 {
-		testutil.Require(t, "root (network namespaces, and the Gateway binds its ports)", errors.New("not root"))
-	}
-	dbPsqlBin(t)
-	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...)})
-	cl, err := client.New(env.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, cl := startSharedGatewayCluster(t, false)
 	ctx := context.Background()
 	ca := testutil.NewCA(t)
 	tenants := []string{"a", "b", "c"}
 	pgs := map[string]*testutil.Postgres{}
-	docs := []string{`apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: snigate}
-spec: {controllerName: snigate.dev/gateway-controller}
-`, `apiVersion: v1
-kind: Namespace
-metadata: {name: platform}
-`, `apiVersion: v1
+	docs := append(sharedGatewayDocs("http"), `apiVersion: v1
 kind: Namespace
 metadata: {name: outsider}
-`, `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: shared, namespace: platform}
-spec:
-  gatewayClassName: snigate
-  allowedListeners:
-    namespaces: {from: Selector, selector: {matchLabels: {tenant: "yes"}}}
-  listeners:
-  - {name: http, port: 80, protocol: HTTP, hostname: platform.example.test}
-`}
+`)
 	for _, tn := range tenants {
 		host := testutil.NetnsHost(t, "pg-"+tn)
 		pg := testutil.StartPostgres(t, testutil.PGOptions{CA: ca, Name: "db." + tn + ".example.test", Netns: host})
@@ -250,28 +226,16 @@ spec:
 	})
 }
 
-// listenerSetGatewayAddress waits for the shared Gateway's address.
+// listenerSetGatewayAddress waits for the shared Gateway's address, with the three tenants'
+// ListenerSets attached.
 func listenerSetGatewayAddress(t *testing.T, cl client.Client) string {
 	t.Helper()
-	var addr string
-	kubetest.Eventually(t, clusterWait, "Gateway platform/shared has an address", func() error {
-		gw := &unstructured.Unstructured{}
-		gw.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "Gateway"})
-		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: "platform", Name: "shared"}, gw); err != nil {
-			return err
-		}
-		addrs, _, _ := unstructured.NestedSlice(gw.Object, "status", "addresses")
-		if len(addrs) == 0 {
-			return errors.New("no status.addresses yet")
-		}
-		a, _ := addrs[0].(map[string]any)
-		addr, _ = a["value"].(string)
+	return waitGatewayAddress(t, cl, "platform", "shared", func(gw *unstructured.Unstructured) error {
 		if n, _, _ := unstructured.NestedInt64(gw.Object, "status", "attachedListenerSets"); n != 3 {
 			return fmt.Errorf("attachedListenerSets %d, want 3", n)
 		}
 		return nil
 	})
-	return addr
 }
 
 func listenerSetCondition(ctx context.Context, cl client.Client, ns, name, typ, status, reason string) error {
@@ -338,61 +302,19 @@ func findCondition(what string, conds []any, typ, status, reason string) error {
 // listener; a client without SNI is closed; deleting tenant b's TenantGateway removes its
 // ListenerSet and nothing else, and a session held open to a's database keeps working.
 func TestTenantGatewaysShareAddress(t *testing.T) {
-	needBinary(t)
-	if os.Geteuid() != 0 {
-		testutil.Require(t, "root (network namespaces, and the Gateway binds its ports)", errors.New("not root"))
-	}
-	dbPsqlBin(t)
-	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...), GarbageCollector: true})
-	cl, err := client.New(env.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The garbage collector deletes a deleted TenantGateway's ListenerSet.
+	env, cl := startSharedGatewayCluster(t, true)
 	ctx := context.Background()
 	ca := testutil.NewCA(t)
 	tenants := []string{"a", "b", "c"}
 	pgs := map[string]*testutil.Postgres{}
-	docs := []string{`apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: snigate}
-spec: {controllerName: snigate.dev/gateway-controller}
-`, `apiVersion: v1
-kind: Namespace
-metadata: {name: platform}
-`, `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: shared, namespace: platform}
-spec:
-  gatewayClassName: snigate
-  allowedListeners:
-    namespaces: {from: Selector, selector: {matchLabels: {tenant: "yes"}}}
-  listeners:
-  - {name: platform, port: 80, protocol: HTTP, hostname: platform.example.test}
-`}
+	docs := sharedGatewayDocs("platform")
 	for _, tn := range tenants {
 		host := testutil.NetnsHost(t, "pg-"+tn)
 		apex := tn + ".example.test"
 		pg := testutil.StartPostgres(t, testutil.PGOptions{CA: ca, Name: "orders.postgres." + apex, Netns: host})
 		pgs[tn] = pg
-		docs = append(docs, fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s, labels: {tenant: "yes"}}
----
-apiVersion: snigate.dev/v1alpha1
-kind: TenantGateway
-metadata: {name: %[1]s, namespace: %[1]s}
-spec:
-  apex: %[2]s
-  parentGatewayRef: {namespace: platform, name: shared}
-  certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}
----
-apiVersion: snigate.dev/v1alpha1
-kind: DatabaseExposure
-metadata: {name: orders, namespace: %[1]s}
-spec:
-  engine: postgres
-  backendRef: {name: orders, port: 5432}
-`, tn, apex), fixture.ServiceYAML(tn, "orders", 5432, pg.Port, host.IP.String()),
+		docs = append(docs, sharedTenantYAML(tn, `{tenant: "yes"}`), fixture.ServiceYAML(tn, "orders", 5432, pg.Port, host.IP.String()),
 			fixture.TLSSecretYAML(tn, "wildcard", ca.Issue(t, apex, "*."+apex).Cert))
 	}
 	appHost := testutil.NetnsHost(t, "app-a")
@@ -517,4 +439,70 @@ spec:
 			t.Errorf("the session held open to a's database: %q, %v", name, err)
 		}
 	})
+}
+
+// startSharedGatewayCluster starts a real API server with the Gateway API and snigate CRDs
+// (and the garbage collector when gc) for the shared-Gateway tests, which run as root: the
+// backends are in network namespaces and the Gateway binds its ports.
+func startSharedGatewayCluster(t *testing.T, gc bool) (*envtest.Environment, client.Client) {
+	t.Helper()
+	needBinary(t)
+	if os.Geteuid() != 0 {
+		testutil.Require(t, "root (network namespaces, and the Gateway binds its ports)", errors.New("not root"))
+	}
+	dbPsqlBin(t)
+	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...), GarbageCollector: gc})
+	cl, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, cl
+}
+
+// sharedGatewayDocs are the GatewayClass and the platform's Gateway platform/shared, which
+// takes the ListenerSets of namespaces labelled tenant=yes; its own listener (named
+// listener) serves platform.example.test on 80.
+func sharedGatewayDocs(listener string) []string {
+	return []string{`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: snigate}
+spec: {controllerName: snigate.dev/gateway-controller}
+`, `apiVersion: v1
+kind: Namespace
+metadata: {name: platform}
+`, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: shared, namespace: platform}
+spec:
+  gatewayClassName: snigate
+  allowedListeners:
+    namespaces: {from: Selector, selector: {matchLabels: {tenant: "yes"}}}
+  listeners:
+  - {name: %s, port: 80, protocol: HTTP, hostname: platform.example.test}
+`, listener)}
+}
+
+// sharedTenantYAML is tenant tn's namespace (with labels), its TenantGateway on
+// platform/shared (apex <tn>.example.test, the Secret wildcard) and its DatabaseExposure
+// orders (postgres, Service orders:5432).
+func sharedTenantYAML(tn, labels string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: %[2]s}
+---
+apiVersion: snigate.dev/v1alpha1
+kind: TenantGateway
+metadata: {name: %[1]s, namespace: %[1]s}
+spec:
+  apex: %[1]s.example.test
+  parentGatewayRef: {namespace: platform, name: shared}
+  certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}
+---
+apiVersion: snigate.dev/v1alpha1
+kind: DatabaseExposure
+metadata: {name: orders, namespace: %[1]s}
+spec:
+  engine: postgres
+  backendRef: {name: orders, port: 5432}
+`, tn, labels)
 }

@@ -44,25 +44,7 @@ spec:
 		apex := tn + ".example.test"
 		pg := testutil.StartPostgres(t, testutil.PGOptions{CA: ca, Name: "orders.postgres." + apex})
 		pgs[tn] = pg
-		docs = append(docs, fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s}
----
-apiVersion: snigate.dev/v1alpha1
-kind: TenantGateway
-metadata: {name: %[1]s, namespace: %[1]s}
-spec:
-  apex: %[2]s
-  parentGatewayRef: {namespace: platform, name: shared}
-  certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}
----
-apiVersion: snigate.dev/v1alpha1
-kind: DatabaseExposure
-metadata: {name: orders, namespace: %[1]s}
-spec:
-  engine: postgres
-  backendRef: {name: orders, port: 5432}
-`, tn, apex), fixture.ServiceYAML(tn, "orders", 5432, pg.Port, "127.0.0.1"),
+		docs = append(docs, sharedTenantYAML(tn, "{}"), fixture.ServiceYAML(tn, "orders", 5432, pg.Port, "127.0.0.1"),
 			fixture.TLSSecretYAML(tn, "wildcard", ca.Issue(t, apex, "*."+apex).Cert))
 	}
 	dir := configDir(t)

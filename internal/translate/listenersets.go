@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -178,16 +179,9 @@ func conflictBetween(a, b *listener) (gwv1.ListenerConditionReason, string) {
 	case (a.spec.Protocol == gwv1.HTTPProtocolType) != (b.spec.Protocol == gwv1.HTTPProtocolType):
 		return gwv1.ListenerReasonProtocolConflict, fmt.Sprintf("port %d is taken by %s's listener %s of protocol %s: an HTTP listener cannot share a port with TLS or HTTPS listeners", b.spec.Port, owner, a.spec.Name, a.spec.Protocol)
 	case a.hostname == b.hostname:
-		return gwv1.ListenerReasonHostnameConflict, fmt.Sprintf("port %d and hostname %s are taken by %s's listener %s", b.spec.Port, cmpOr(b.hostname, "(any)"), owner, a.spec.Name)
+		return gwv1.ListenerReasonHostnameConflict, fmt.Sprintf("port %d and hostname %s are taken by %s's listener %s", b.spec.Port, cmp.Or(b.hostname, "(any)"), owner, a.spec.Name)
 	}
 	return "", ""
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // listenerSetStatus is a ListenerSet's status: its conditions and one entry per listener.

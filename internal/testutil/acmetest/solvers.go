@@ -45,8 +45,6 @@ type Solvers struct {
 
 	mu   sync.Mutex
 	pods map[string]*solverPod // namespace/name
-	// Served counts the solver Pods that have run, for tests that want to see a challenge.
-	served int
 }
 
 type solverPod struct {
@@ -58,7 +56,7 @@ type solverPod struct {
 
 // RunSolverPods starts the stand-in against cfg's API server; it stops, with every solver,
 // in t.Cleanup.
-func RunSolverPods(t testing.TB, cfg *rest.Config) *Solvers {
+func RunSolverPods(t testing.TB, cfg *rest.Config) {
 	t.Helper()
 	RequireTools(t)
 	cl, err := client.New(cfg, client.Options{})
@@ -92,14 +90,6 @@ func RunSolverPods(t testing.TB, cfg *rest.Config) *Solvers {
 			s.stop(key, p)
 		}
 	})
-	return s
-}
-
-// Served is how many solver Pods have run so far.
-func (s *Solvers) Served() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.served
 }
 
 func (s *Solvers) sync(parent context.Context) error {
@@ -171,7 +161,6 @@ func (s *Solvers) run(ctx context.Context, pod *corev1.Pod, key string) (netip.A
 		go func() { _ = p.cmd.Wait(); close(p.done) }()
 		s.mu.Lock()
 		s.pods[key] = p
-		s.served++
 		s.mu.Unlock()
 		s.t.Logf("solver pod %s running at %s (domain %s)", key, host.IP, flagValue(args, "domain"))
 	}
