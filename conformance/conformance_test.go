@@ -1,12 +1,19 @@
 //go:build linux
 
 // Package conformance runs the upstream Gateway API conformance suite
-// (sigs.k8s.io/gateway-api/conformance v1.6.3, profiles GATEWAY-TLS and GATEWAY-HTTP) against
-// snigate: a fresh kube-apiserver + etcd (envtest), the real `snigate controller` binary with
-// its local proxy serving every Gateway on its own 127.0.0.N address, and a stand-in for the
-// missing node (kubelet_test.go) that runs the echo-basic backends in network namespaces.
+// (sigs.k8s.io/gateway-api/conformance v1.6.3, profiles GATEWAY-TLS, GATEWAY-HTTP and
+// GATEWAY-TCP) against snigate, twice, each time on a fresh kube-apiserver + etcd (envtest)
+// with the real `snigate controller` binary and a stand-in for the missing node
+// (kubelet_test.go) that runs the echo-basic backends in network namespaces:
 //
-//	SNIGATE_CONFORMANCE=1 go test ./conformance -run TestConformance -timeout 40m -v
+//   - TestConformance: the controller's local proxy serves every Gateway on its own
+//     127.0.0.N address (report.yaml);
+//
+//   - TestConformanceProvisioned: the controller provisions a data plane per Gateway, and
+//     the stand-in runs those `snigate dataplane` Pods behind a stand-in load balancer
+//     (provisioned_test.go; report-provisioned.yaml).
+//
+//     SNIGATE_CONFORMANCE=1 go test ./conformance -run TestConformance -timeout 40m -v
 //
 // Needs root (network namespaces, ports 80 and 443) and the binaries of
 // scripts/install-kube.sh. See docs/conformance.md.
@@ -18,6 +25,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,8 +38,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientset "k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -57,9 +67,52 @@ const (
 	repoRoot         = ".."
 	// localAddresses is the prefix the controller hands out, one address per Gateway.
 	localAddresses = "127.0.0.0/24"
+	// loadBalancerPool is the provisioned run's load balancer pool (provisioned_test.go).
+	loadBalancerPool = "127.0.1.0/24"
 )
 
+// harness is one way of running snigate under the suite.
+type harness struct {
+	name string // artifacts folder, report suffix
+	// args of `snigate controller` beyond the kubeconfig and logging.
+	args []string
+	// usable and unusable static addresses for GatewayStaticAddresses.
+	usable, unusable string
+	// provisioned: the controller provisions a data plane per Gateway, which the kubelet
+	// stand-in runs behind a stand-in load balancer.
+	provisioned bool
+}
+
+// TestConformance runs the suite against `snigate controller` with its local proxy serving
+// every Gateway, each on its own 127.0.0.N (--local-addresses).
 func TestConformance(t *testing.T) {
+	run(t, harness{
+		name: "local",
+		args: []string{"--local-addresses", localAddresses, "--hello-timeout", "5s"},
+		// The local proxy binds 127.0.0.0/24: an address there that it never hands out is
+		// usable, one outside it is not.
+		usable: "127.0.0.250", unusable: "192.0.2.1",
+	})
+}
+
+// TestConformanceProvisioned runs the suite against snigate as a cluster runs it:
+// `snigate controller --proxy=false --provision` writes status and provisions a Deployment,
+// a LoadBalancer Service and a ServiceAccount per Gateway, and the traffic goes through the
+// `snigate dataplane` processes the kubelet stand-in runs for those Deployments, on the
+// addresses its stand-in load balancer assigns (provisioned_test.go). GatewayInfrastructure
+// is claimed here only: it is about the objects provisioning generates.
+func TestConformanceProvisioned(t *testing.T) {
+	run(t, harness{
+		name: "provisioned",
+		args: []string{"--proxy=false", "--provision", "--dataplane-image", dataPlaneImage,
+			"--load-balancer-addresses", loadBalancerPool},
+		// The load balancer assigns from 127.0.1.0/24 and hands out .2-.200 by itself.
+		usable: "127.0.1.250", unusable: "192.0.2.1",
+		provisioned: true,
+	})
+}
+
+func run(t *testing.T, h harness) {
 	if os.Getenv("SNIGATE_CONFORMANCE") != "1" {
 		// scripts/test.sh (and so CI) runs it on its own, with SNIGATE_CONFORMANCE=1, after
 		// the other packages: under CI=true the gate missing is a broken setup, not a skip.
@@ -85,7 +138,7 @@ func TestConformance(t *testing.T) {
 	started := time.Now()
 
 	// Artifacts: binaries, logs, Pod files. Kept after the run for diagnosis.
-	art, err := filepath.Abs(envOr("SNIGATE_CONFORMANCE_ARTIFACTS", "_artifacts"))
+	art, err := filepath.Abs(filepath.Join(envOr("SNIGATE_CONFORMANCE_ARTIFACTS", "_artifacts"), h.name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,10 +163,22 @@ func TestConformance(t *testing.T) {
 	// A fresh API server and etcd, with the standard-channel CRDs of the install manifests.
 	// No ServiceAccount admission: there is no token controller to create the default
 	// ServiceAccounts the Pods of the suite's Deployments would need.
-	env := kubetest.StartAPIServer(t, kubetest.Options{
-		CRDs:           kubetest.StandardCRDs(t),
-		APIServerFlags: map[string]string{"disable-admission-plugins": "ServiceAccount"},
-	})
+	// A /16 of Service addresses: the provisioned run adds a LoadBalancer Service per
+	// Gateway to the suite's own.
+	apiOpts := kubetest.Options{
+		CRDs: kubetest.StandardCRDs(t),
+		APIServerFlags: map[string]string{
+			"disable-admission-plugins": "ServiceAccount", "service-cluster-ip-range": "10.96.0.0/16",
+		},
+	}
+	var env *envtest.Environment
+	if h.provisioned {
+		// With the install's RBAC: the controller and every data plane run as their own
+		// ServiceAccounts (impersonated), with what the manifests grant them and no more.
+		env = kubetest.StartCluster(t, kubetest.ClusterOptions{Options: apiOpts}).Env
+	} else {
+		env = kubetest.StartAPIServer(t, apiOpts)
+	}
 	user, err := env.ControlPlane.AddUser(envtest.User{Name: "conformance", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +190,13 @@ func TestConformance(t *testing.T) {
 	kcPath := filepath.Join(art, "kubeconfig")
 	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
+	}
+	ctrlKC := kcPath
+	if h.provisioned {
+		ctrlKC = filepath.Join(art, "kubeconfig-controller")
+		if err := writeImpersonating(kubeconfig, kubetest.ControllerUser, ctrlKC); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The suite builds per-test clients from ClientOptions, which (empty) use client-go's
@@ -157,15 +229,15 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// snigate controller, the real binary: status for everything, and a local proxy that
-	// serves every Gateway on its own loopback address.
+	// snigate controller, the real binary: status for everything, and either a local proxy
+	// that serves every Gateway on its own loopback address or provisioned data planes.
 	ctrlLog, err := os.Create(filepath.Join(art, "snigate.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl := exec.Command(snigate, "controller", "--kubeconfig", kcPath,
-		"--local-addresses", localAddresses, "--leader-elect=false", "--admin", "127.0.0.1:0",
-		"--hello-timeout", "5s", "--log-level", envOr("SNIGATE_CONFORMANCE_LOG_LEVEL", "info"))
+	ctrl := exec.Command(snigate, append([]string{"controller", "--kubeconfig", ctrlKC,
+		"--leader-elect=false", "--admin", "127.0.0.1:0",
+		"--log-level", envOr("SNIGATE_CONFORMANCE_LOG_LEVEL", "info")}, h.args...)...)
 	ctrl.Stdout, ctrl.Stderr = ctrlLog, ctrlLog
 	ctrl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := ctrl.Start(); err != nil {
@@ -186,7 +258,19 @@ func TestConformance(t *testing.T) {
 	// The stand-in for the node: Pods, echo-basic processes, EndpointSlices.
 	cleanupStale(log)
 	kctx, kstop := context.WithCancel(ctx)
-	k := newKubelet(cl, echo, filepath.Join(art, "pods"), log.With("component", "kubelet"))
+	// The stand-ins have a client of their own, without client-side throttling: they
+	// poll every 250 ms and must not slow the suite's own requests down.
+	kcfg := rest.CopyConfig(cfg)
+	kcfg.QPS, kcfg.Burst = -1, 0
+	kcl, err := client.New(kcfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKubelet(kcl, echo, filepath.Join(art, "pods"), log.With("component", "kubelet"))
+	if h.provisioned {
+		k.dp = &dataPlanes{image: dataPlaneImage, snigate: snigate, kubeconfig: kubeconfig,
+			pool: netip.MustParsePrefix(loadBalancerPool), assigned: map[types.NamespacedName]netip.Addr{}}
+	}
 	kdone := make(chan struct{})
 	go func() { k.Run(kctx); close(kdone) }()
 	t.Cleanup(func() { kstop(); <-kdone })
@@ -206,7 +290,7 @@ func TestConformance(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	report, err := filepath.Abs(envOr("SNIGATE_CONFORMANCE_REPORT", "report.yaml"))
+	report, err := filepath.Abs(reportPath(envOr("SNIGATE_CONFORMANCE_REPORT", "report.yaml"), h))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,10 +313,8 @@ func TestConformance(t *testing.T) {
 				Version:      version(),
 				Contact:      []string{"https://github.com/snigate/snigate/issues"},
 			},
-			// GatewayStaticAddresses: the local proxy binds 127.0.0.0/24 (--local-addresses);
-			// an address there that it never hands out is usable, one outside it is not.
-			UsableNetworkAddresses:   []gwv1.GatewaySpecAddress{{Type: new(gwv1.IPAddressType), Value: "127.0.0.250"}},
-			UnusableNetworkAddresses: []gwv1.GatewaySpecAddress{{Type: new(gwv1.IPAddressType), Value: "192.0.2.1"}},
+			UsableNetworkAddresses:   []gwv1.GatewaySpecAddress{{Type: new(gwv1.IPAddressType), Value: h.usable}},
+			UnusableNetworkAddresses: []gwv1.GatewaySpecAddress{{Type: new(gwv1.IPAddressType), Value: h.unusable}},
 			RunTest:                  os.Getenv("SNIGATE_CONFORMANCE_RUN_TEST"),
 			SkipTests:                splitList(os.Getenv("SNIGATE_CONFORMANCE_SKIP_TESTS")),
 		},
@@ -243,15 +325,25 @@ func TestConformance(t *testing.T) {
 	}
 	// Supported features come from the GatewayClass status that snigate writes (the suite
 	// infers them), except with RunTest, where the suite does not infer: then the same list
-	// from translate.SupportedFeatures.
+	// from translate.Features.
 	if opts.RunTest != "" {
-		for _, f := range translate.SupportedFeatures {
+		for _, f := range translate.Features(translate.Options{ProvisionedAddresses: h.provisioned}) {
 			opts.SupportedFeatures = append(opts.SupportedFeatures, features.FeatureName(f.Name))
 		}
 	}
 	t.Logf("published supportedFeatures: %v", gc.Status.SupportedFeatures)
 	t.Cleanup(func() { t.Logf("conformance run took %s", time.Since(started).Round(time.Second)) })
 	conformance.RunConformanceWithOptions(t, opts)
+}
+
+// reportPath is where run h writes its report: path for the local run, path with
+// "-<name>" before its extension for the others (report.yaml -> report-provisioned.yaml).
+func reportPath(path string, h harness) string {
+	if h.name == "local" {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + h.name + ext
 }
 
 func goBuild(t *testing.T, out, pkg string) {

@@ -54,15 +54,17 @@ type kubelet struct {
 	mu       sync.Mutex
 	pods     map[string]*localPod // namespace/name
 	nextSlot int
+	dp       *dataPlanes // the provisioned run's load balancer and data planes; nil otherwise
 }
 
 type localPod struct {
-	ns, name string
-	slot     int
-	netns    string
-	ip       netip.Addr
-	procs    []*exec.Cmd
-	ready    bool
+	ns, name  string
+	slot      int
+	netns     string // empty for a data plane, which runs in the host's (provisioned.go)
+	ip        netip.Addr
+	procs     []*exec.Cmd
+	ready     bool
+	dataPlane bool
 }
 
 const (
@@ -110,6 +112,19 @@ func (k *kubelet) Run(ctx context.Context) {
 }
 
 func (k *kubelet) sync(ctx context.Context) error {
+	if k.dp != nil {
+		busy := map[netip.Addr]bool{}
+		k.mu.Lock()
+		for _, lp := range k.pods {
+			if lp.dataPlane {
+				busy[lp.ip] = true
+			}
+		}
+		k.mu.Unlock()
+		if err := k.dp.sync(ctx, k.cl, busy, k.log.Info); err != nil {
+			return err
+		}
+	}
 	var deps appsv1.DeploymentList
 	var pods corev1.PodList
 	if err := k.cl.List(ctx, &deps); err != nil {
@@ -182,9 +197,10 @@ func (k *kubelet) sync(ctx context.Context) error {
 func (k *kubelet) createPod(ctx context.Context, d *appsv1.Deployment) error {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: d.Namespace,
-			Name:      fmt.Sprintf("%s-%s-%s", d.Name, rand.String(10), rand.String(5)),
-			Labels:    maps.Clone(d.Spec.Template.Labels),
+			Namespace:   d.Namespace,
+			Name:        fmt.Sprintf("%s-%s-%s", d.Name, rand.String(10), rand.String(5)),
+			Labels:      maps.Clone(d.Spec.Template.Labels),
+			Annotations: maps.Clone(d.Spec.Template.Annotations),
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: ptr.To(true),
 			}},
@@ -247,6 +263,19 @@ func (k *kubelet) runPod(ctx context.Context, p *corev1.Pod) error {
 	k.mu.Lock()
 	lp := k.pods[key]
 	k.mu.Unlock()
+	if lp != nil && lp.dataPlane {
+		// A data plane listens on its load balancer address: when that changes (a static
+		// address asked for later), it starts again on the new one. (Without an address,
+		// its Service is gone and the Pod follows with its Deployment.)
+		if a, err := k.dp.address(p); err == nil && a != lp.ip {
+			k.log.Info("data plane address changed: restarting", "pod", key, "was", lp.ip, "now", a)
+			k.stop(lp)
+			k.mu.Lock()
+			delete(k.pods, key)
+			k.mu.Unlock()
+			lp = nil
+		}
+	}
 	if lp == nil {
 		var err error
 		if lp, err = k.start(ctx, p); err != nil {
@@ -257,7 +286,10 @@ func (k *kubelet) runPod(ctx context.Context, p *corev1.Pod) error {
 		k.mu.Unlock()
 	}
 	if !lp.ready {
-		if len(lp.procs) > 0 && !listening(lp.ip) {
+		switch {
+		case lp.dataPlane && !dataPlaneReady(lp.ip):
+			return fmt.Errorf("waiting for the data plane on %s to be ready", lp.ip)
+		case !lp.dataPlane && len(lp.procs) > 0 && !listening(lp.ip):
 			return fmt.Errorf("waiting for %s to listen", lp.ip)
 		}
 		lp.ready = true
@@ -269,6 +301,9 @@ func (k *kubelet) runPod(ctx context.Context, p *corev1.Pod) error {
 	p = p.DeepCopy()
 	p.Status.Phase = corev1.PodRunning
 	p.Status.HostIP = k.hostIP(lp.slot).String()
+	if lp.dataPlane {
+		p.Status.HostIP = lp.ip.String() // host network
+	}
 	p.Status.PodIP = lp.ip.String()
 	p.Status.PodIPs = []corev1.PodIP{{IP: lp.ip.String()}}
 	p.Status.StartTime = &now
@@ -366,6 +401,11 @@ func (k *kubelet) start(ctx context.Context, p *corev1.Pod) (*localPod, error) {
 		mounts[v.Name] = dir
 	}
 
+	for _, c := range p.Spec.Containers {
+		if k.dp.isDataPlane(c) {
+			return k.startDataPlane(ctx, p, c, podDir)
+		}
+	}
 	// Slots are never reused: a namespace being torn down may still hold its veth names.
 	k.mu.Lock()
 	slot := k.nextSlot
@@ -435,6 +475,24 @@ func (k *kubelet) start(ctx context.Context, p *corev1.Pod) (*localPod, error) {
 	return lp, nil
 }
 
+// startDataPlane starts a provisioned data-plane Pod (one container) on its Service's load
+// balancer address, in the host's network namespace (see dataPlanes).
+func (k *kubelet) startDataPlane(ctx context.Context, p *corev1.Pod, c corev1.Container, podDir string) (*localPod, error) {
+	if len(p.Spec.Containers) != 1 {
+		return nil, fmt.Errorf("a data-plane Pod has %d containers, want 1", len(p.Spec.Containers))
+	}
+	addr, err := k.dp.address(p)
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := k.dp.startDataPlane(p, c, addr, podDir)
+	if err != nil {
+		return nil, err
+	}
+	k.log.Info("data plane started", "pod", p.Namespace+"/"+p.Name, "address", addr, "args", c.Args)
+	return &localPod{ns: p.Namespace, name: p.Name, ip: addr, procs: []*exec.Cmd{cmd}, dataPlane: true}, nil
+}
+
 // netns creates the Pod's network namespace and its veth pair.
 func (k *kubelet) netns(lp *localPod) error {
 	host := k.hostLink(lp.slot)
@@ -464,6 +522,9 @@ func (k *kubelet) stop(lp *localPod) {
 		if c.Process != nil {
 			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 		}
+	}
+	if lp.netns == "" {
+		return
 	}
 	_ = exec.Command("ip", "link", "del", k.hostLink(lp.slot)).Run()
 	_ = exec.Command("ip", "netns", "del", lp.netns).Run()
@@ -509,7 +570,12 @@ func (k *kubelet) endpointSlices(ctx context.Context) error {
 		var selected []*corev1.Pod
 		for j := range pods.Items {
 			p := &pods.Items[j]
-			if p.Namespace == svc.Namespace && p.DeletionTimestamp == nil && podReady(p) && p.Status.PodIP != "" && sel.Matches(labels.Set(p.Labels)) {
+			// A data plane's Pod IP is its load balancer address on loopback, which no
+			// EndpointSlice may hold; clients reach it at that address, not through slices.
+			if ip, err := netip.ParseAddr(p.Status.PodIP); err != nil || ip.IsLoopback() {
+				continue
+			}
+			if p.Namespace == svc.Namespace && p.DeletionTimestamp == nil && podReady(p) && sel.Matches(labels.Set(p.Labels)) {
 				selected = append(selected, p)
 			}
 		}

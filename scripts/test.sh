@@ -32,9 +32,11 @@ fuzz FuzzParseGreeting ./internal/probe/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 # (conformance runs on its own below: it needs its gate and a machine-wide lock.)
 go test -race -count=1 -timeout 20m $(go list ./... | grep -v '/conformance$')
-# The upstream Gateway API conformance suite v1.6.3 (GATEWAY-TLS, GATEWAY-HTTP) on a fresh
-# kube-apiserver with snigate's controller and local proxy (docs/conformance.md). Needs root
-# (network namespaces for the echo backends) and scripts/install-kube.sh. The report goes to
-# a temp file; the committed conformance/report.yaml is refreshed by running without it.
+# The upstream Gateway API conformance suite v1.6.3 (GATEWAY-TLS, GATEWAY-HTTP, GATEWAY-TCP),
+# twice, each on a fresh kube-apiserver: snigate's controller with its local proxy
+# (TestConformance), then with provisioned data planes (TestConformanceProvisioned);
+# docs/conformance.md. Needs root (network namespaces for the echo backends) and
+# scripts/install-kube.sh. The reports go to temp files; the committed
+# conformance/report.yaml and report-provisioned.yaml are refreshed by running without it.
 SNIGATE_CONFORMANCE=1 SNIGATE_CONFORMANCE_REPORT="${TMPDIR:-/tmp}/snigate-conformance-report.yaml" \
   go test -count=1 -timeout 40m -run TestConformance ./conformance

@@ -46,14 +46,14 @@ func runController(args []string) error {
 	}
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
 	gateway := fs.String("gateway", "", "namespace/name of the one Gateway the local proxy serves (default: all of snigate's)")
-	serveProxy := fs.Bool("proxy", true, "serve the routing table in this process")
+	serveProxy := fs.Bool("proxy", true, "serve the routing table in this process (off with --provision: the data planes serve)")
 	controllerName := fs.String("controller-name", translate.DefaultControllerName, "GatewayClass controllerName to answer to")
 	leaderElect := fs.Bool("leader-elect", true, "elect one replica to write status (Lease "+cluster.DefaultLeaderElectionID+")")
 	leaseNS := fs.String("leader-election-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the leader election Lease")
 	probes := fs.String("health-probe-address", "", "address for the controller's /healthz and /readyz (empty disables)")
 	rf := addRunFlags(fs)
 	localAddrs := fs.String("local-addresses", "", "prefix (e.g. 127.0.0.0/24) giving each Gateway without spec.addresses its own address, bound locally and written to status.addresses (tests, conformance)")
-	provisionOpts := provisionFlags(fs) // dataplane.go
+	provisionOpts, lbPool := provisionFlags(fs) // dataplane.go
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +70,20 @@ func runController(args []string) error {
 			return fmt.Errorf("--local-addresses: %w", err)
 		}
 	}
+	pool, err := lbPool()
+	if err != nil {
+		return err
+	}
+	if provisionOpts() != nil {
+		// The provisioned data planes serve every Gateway, each on its own Pods; a local
+		// proxy would bind all of them on this host's addresses at once.
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "proxy" })
+		if explicit && *serveProxy {
+			return errors.New("controller: --provision serves traffic from the provisioned data planes; drop --proxy (or set --proxy=false)")
+		}
+		*serveProxy = false
+	}
 	rc, err := restConfig(*kubeconfig)
 	if err != nil {
 		return err
@@ -85,7 +99,7 @@ func runController(args []string) error {
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: apply, Metrics: m, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
 		HealthProbeAddress: *probes, Logger: log, LocalAddresses: local,
-		Provision: provisionOpts(),
+		Provision: provisionOpts(), LoadBalancerAddresses: pool,
 	})
 	if err != nil {
 		return err

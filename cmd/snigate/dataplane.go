@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os/signal"
 	"syscall"
 
@@ -83,9 +84,11 @@ func runDataplane(args []string) error {
 }
 
 // provisionFlags registers the flags of `snigate controller` that turn on data plane
-// provisioning; the returned func gives the options after parsing (nil: off).
-func provisionFlags(fs *flag.FlagSet) func() *provision.Options {
+// provisioning; the returned funcs give, after parsing, the options (nil: off) and the load
+// balancer's pool (invalid: not given).
+func provisionFlags(fs *flag.FlagSet) (func() *provision.Options, func() (netip.Prefix, error)) {
 	on := fs.Bool("provision", false, "provision a data plane Deployment and LoadBalancer Service per Gateway (elected replica); status.addresses from the Service")
+	pool := fs.String("load-balancer-addresses", "", "with --provision: the prefix the cluster's load balancer assigns from (e.g. 203.0.113.0/24); a Gateway asking for a static address outside it is Programmed=False/AddressNotUsable")
 	image := fs.String("dataplane-image", envOr("SNIGATE_DATAPLANE_IMAGE", ""), "image of the provisioned data planes (default $SNIGATE_DATAPLANE_IMAGE)")
 	pull := fs.String("dataplane-pull-policy", "", "imagePullPolicy of the provisioned data planes (Always, IfNotPresent, Never; empty: the cluster's default)")
 	return func() *provision.Options {
@@ -93,5 +96,14 @@ func provisionFlags(fs *flag.FlagSet) func() *provision.Options {
 			return nil
 		}
 		return &provision.Options{Image: *image, ImagePullPolicy: corev1.PullPolicy(*pull)}
+	}, func() (netip.Prefix, error) {
+		if *pool == "" {
+			return netip.Prefix{}, nil
+		}
+		p, err := netip.ParsePrefix(*pool)
+		if err != nil {
+			return p, fmt.Errorf("--load-balancer-addresses: %w", err)
+		}
+		return p, nil
 	}
 }

@@ -28,15 +28,20 @@
 //     file mode needs no GatewayClass), unless Options.RequireGatewayClass is set (Kubernetes).
 //   - Addresses: every spec.addresses entry of type IPAddress is bound (an empty value means
 //     Options.DefaultBindAddress); without any, DefaultBindAddress. Other address types make
-//     the Gateway Accepted=False/UnsupportedAddress. Status.addresses lists the bound
-//     addresses once a listener is programmed, or, with Options.ProvisionedAddresses (a cluster where internal/provision
-//     gives each Gateway a LoadBalancer Service), the load balancer's addresses of that
-//     Service; a Gateway with programmed listeners but no such address yet is
-//     Programmed=False/AddressNotAssigned.
+//     the Gateway Accepted=False/UnsupportedAddress; one outside Options.UsableAddresses
+//     makes it Programmed=False/AddressNotUsable. Status.addresses lists the bound
+//     addresses once a listener is programmed.
+//   - Provisioned (Options.ProvisionedAddresses: internal/provision gives each Gateway its
+//     own data plane and LoadBalancer Service): status.addresses are the load balancer's
+//     addresses of that Service, and a Gateway with programmed listeners but no such
+//     address yet is Programmed=False/AddressNotAssigned. spec.addresses are the load
+//     balancer's to hold (an empty value: any of its pool); the listeners bind
+//     DefaultBindAddress, the Pod's.
 //   - Several Gateways on one port: a socket cannot serve two Gateways, so Gateways are not
 //     merged. The oldest Gateway (creationTimestamp, then namespace/name) keeps the port; a
 //     listener of a younger Gateway whose address and port overlap (0.0.0.0 and :: overlap
-//     every address of their family) gets Accepted=False/PortUnavailable.
+//     every address of their family) gets Accepted=False/PortUnavailable. Provisioned
+//     Gateways never share a socket: each keeps its ports.
 //   - Listener conflicts: a TCP listener sharing its port with any other listener, an HTTP
 //     listener sharing its port with a TLS or HTTPS listener (ProtocolConflict), and TLS or
 //     HTTPS listeners sharing port and hostname (HostnameConflict) are Conflicted=True and

@@ -36,7 +36,7 @@ func (t *translator) gatewayClasses() {
 			Name: c.Name,
 			Status: gwv1.GatewayClassStatus{
 				Conditions:        conds.list,
-				SupportedFeatures: slices.Clone(SupportedFeatures),
+				SupportedFeatures: Features(t.opts),
 			},
 		})
 	}
@@ -63,8 +63,8 @@ type gateway struct {
 	// (HostnameOwnersAnnotation).
 	owners map[string]string
 
-	// unusable says which spec.addresses the data plane cannot bind
-	// (Options.UsableAddresses): the Gateway is then Programmed=False/AddressNotUsable.
+	// unusable says which spec.addresses are outside Options.UsableAddresses: the Gateway
+	// is then Programmed=False/AddressNotUsable.
 	unusable []string
 
 	// rejectReason is set when the Gateway as a whole is not accepted, before its
@@ -184,16 +184,27 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 		addr := t.defaultAddr
 		if a.Value != "" {
 			addr = netip.MustParseAddr(a.Value).Unmap() // validated
+		} else if t.opts.ProvisionedAddresses {
+			continue // the load balancer picks one of its own
 		}
 		if u := t.opts.UsableAddresses; u.IsValid() && !u.Contains(addr) {
-			gw.unusable = append(gw.unusable, fmt.Sprintf("spec.addresses[%d]: %s is not an address this data plane can bind (it binds %s)", i, addr, u))
+			why := "this data plane can bind (it binds %s)"
+			if t.opts.ProvisionedAddresses {
+				why = "the load balancer can assign (it assigns from %s)"
+			}
+			gw.unusable = append(gw.unusable, fmt.Sprintf("spec.addresses[%d]: %s is not an address "+why, i, addr, u))
 			continue
 		}
 		if !slices.Contains(gw.addrs, addr) {
 			gw.addrs = append(gw.addrs, addr)
 		}
 	}
-	if len(gw.addrs) == 0 && len(gw.unusable) == 0 {
+	switch {
+	case t.opts.ProvisionedAddresses:
+		// The load balancer holds spec.addresses and forwards to the Pod, which listens
+		// on its own addresses.
+		gw.addrs = []netip.Addr{t.defaultAddr}
+	case len(gw.addrs) == 0 && len(gw.unusable) == 0:
 		gw.addrs = []netip.Addr{t.defaultAddr}
 	}
 	if v, ok := g.Annotations[MaxConnectionsAnnotation]; ok {
@@ -399,8 +410,13 @@ func listenerNames(ls []*listener) string {
 	return strings.Join(names, ", ")
 }
 
-// claimPorts gives every (address, port) to the oldest Gateway that listens there.
+// claimPorts gives every (address, port) to the oldest Gateway that listens there. A
+// provisioned Gateway has a data plane (Pods, load balancer address) of its own, so
+// Gateways never share a socket and every one keeps its ports.
 func (t *translator) claimPorts() {
+	if t.opts.ProvisionedAddresses {
+		return
+	}
 	type claim struct {
 		addr netip.Addr
 		gw   *gateway

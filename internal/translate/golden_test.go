@@ -28,14 +28,19 @@ func testOptions() Options {
 
 // goldenOptions are the options the golden input file in is translated with: testOptions,
 // plus ProvisionedAddresses for a file named provisioned-*.in.yaml (the input of a cluster
-// where internal/provision runs), and UsableAddresses 127.0.0.0/24 for local-*.in.yaml (a
-// local proxy's prefix). The file name says it, so the input stays plain YAML that
-// file.Load and `snigate check` read as they are.
+// where internal/provision runs), with UsableAddresses 192.0.2.0/24 (the load balancer's
+// pool) for provisioned-pool-*.in.yaml, and UsableAddresses 127.0.0.0/24 for
+// local-*.in.yaml (a local proxy's prefix). The file name says it, so the input stays
+// plain YAML that file.Load and `snigate check` read as they are.
 func goldenOptions(in string) Options {
 	o := testOptions()
-	o.ProvisionedAddresses = strings.HasPrefix(filepath.Base(in), "provisioned-")
-	if strings.HasPrefix(filepath.Base(in), "local-") {
+	base := filepath.Base(in)
+	o.ProvisionedAddresses = strings.HasPrefix(base, "provisioned-")
+	switch {
+	case strings.HasPrefix(base, "local-"):
 		o.UsableAddresses = netip.MustParsePrefix("127.0.0.0/24")
+	case strings.HasPrefix(base, "provisioned-pool-"):
+		o.UsableAddresses = netip.MustParsePrefix("192.0.2.0/24")
 	}
 	return o
 }

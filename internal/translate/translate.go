@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -56,8 +57,9 @@ const (
 	ReasonNoReadyEndpoints = "NoReadyEndpoints"
 )
 
-// SupportedFeatures are the Gateway API features snigate implements, sorted by name as
-// GatewayClass status.supportedFeatures requires.
+// SupportedFeatures are the Gateway API features snigate implements in every mode, sorted
+// by name as GatewayClass status.supportedFeatures requires. Features returns what a
+// GatewayClass publishes, which depends on the mode.
 var SupportedFeatures = []gwv1.SupportedFeature{
 	{Name: gwv1.FeatureName(features.SupportGateway)},
 	{Name: gwv1.FeatureName(features.SupportGatewayAddressEmpty)},
@@ -81,6 +83,20 @@ var SupportedFeatures = []gwv1.SupportedFeature{
 	{Name: gwv1.FeatureName(features.SupportTLSRouteModeTerminate)},
 }
 
+// Features are the features a GatewayClass of snigate publishes with these options:
+// SupportedFeatures, plus GatewayInfrastructure (spec.infrastructure's labels and annotations
+// on the generated objects; once called GatewayInfrastructurePropagation) where
+// internal/provision generates a data plane per Gateway (ProvisionedAddresses). A local proxy
+// generates nothing to carry them, so it does not claim the feature.
+func Features(o Options) []gwv1.SupportedFeature {
+	out := slices.Clone(SupportedFeatures)
+	if o.ProvisionedAddresses {
+		out = append(out, gwv1.SupportedFeature{Name: gwv1.FeatureName(features.SupportGatewayInfrastructure)})
+		slices.SortFunc(out, func(a, b gwv1.SupportedFeature) int { return strings.Compare(string(a.Name), string(b.Name)) })
+	}
+	return out
+}
+
 // Options configure a translation. The zero value is usable.
 type Options struct {
 	// ControllerName selects our GatewayClasses; default DefaultControllerName.
@@ -100,12 +116,17 @@ type Options struct {
 	// Service provisioned for it (named ProvisionedName, controlled by the Gateway) instead
 	// of the addresses its listeners bind; until the load balancer has assigned one, a
 	// Gateway with programmed listeners is Programmed=False/AddressNotAssigned. Set it when
-	// internal/provision runs in the cluster the input comes from.
+	// internal/provision runs in the cluster the input comes from, in the controller and in
+	// the provisioned data planes. Its listeners then bind DefaultBindAddress (the Pod's
+	// own addresses): spec.addresses are asked of the load balancer, which forwards to the
+	// Pod, and are never addresses a Pod can bind.
 	ProvisionedAddresses bool
-	// UsableAddresses, when valid, are the only addresses the data plane can bind: a
-	// Gateway whose spec.addresses name one outside it is Programmed=False with
-	// AddressNotUsable and binds only its usable ones (a local proxy that owns a prefix,
-	// cluster.Config.LocalAddresses). Invalid: every address is taken as usable.
+	// UsableAddresses, when valid, are the only addresses a Gateway may ask for in
+	// spec.addresses: those a local proxy binds (cluster.Config.LocalAddresses), or, with
+	// ProvisionedAddresses, those the cluster's load balancer assigns (its pool,
+	// cluster.Config.LoadBalancerAddresses). A Gateway naming one outside it is
+	// Programmed=False with AddressNotUsable, and a local proxy binds only its usable ones.
+	// Invalid: every address is taken as usable.
 	UsableAddresses netip.Prefix
 	// BindPorts binds a listener port to another port of the host (443 -> 8443): a
 	// standalone gateway run without the privilege to bind ports below 1024 keeps the

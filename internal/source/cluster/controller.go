@@ -112,8 +112,16 @@ type Config struct {
 	// takes each Gateway's status.addresses from its Service
 	// (translate.Options.ProvisionedAddresses).
 	Provision *provision.Options
+	// LoadBalancerAddresses, with Provision, is the pool the cluster's load balancer
+	// assigns from: a Gateway asking for a static address outside it is
+	// Programmed=False/AddressNotUsable (translate.Options.UsableAddresses). Invalid: any
+	// address is taken as assignable, and one the load balancer refuses stays
+	// AddressNotAssigned.
+	LoadBalancerAddresses netip.Prefix
 	// ReadOnly runs no status writer and writes nothing: a provisioned data plane
 	// (`snigate dataplane`), which only watches and serves. LeaderElection is ignored.
+	// Its listeners bind DefaultBindAddress, the Pod's: spec.addresses are its load
+	// balancer's (translate.Options.ProvisionedAddresses).
 	ReadOnly bool
 	// HealthProbeAddress serves /healthz and /readyz of the manager ("" disables).
 	HealthProbeAddress string
@@ -221,16 +229,22 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("cluster: manager: %w", err)
 	}
 	c.mgr = mgr
+	usable := cfg.LocalAddresses
+	if cfg.Provision != nil && cfg.LoadBalancerAddresses.IsValid() {
+		usable = cfg.LoadBalancerAddresses
+	}
 	pc := pipeline.Config{
 		Apply: cfg.Apply, Metrics: cfg.Metrics, Logger: cfg.Logger, Gateway: cfg.Gateway,
 		Translate: translate.Options{
 			ControllerName:      cfg.ControllerName,
 			DefaultBindAddress:  cfg.DefaultBindAddress,
 			RequireGatewayClass: true,
-			// Provisioned Gateways are reached through their LoadBalancer Services.
-			ProvisionedAddresses: cfg.Provision != nil,
-			// A local proxy binds only addresses of its prefix.
-			UsableAddresses: cfg.LocalAddresses,
+			// Provisioned Gateways are reached through their LoadBalancer Services, and
+			// their data planes bind their Pods' addresses.
+			ProvisionedAddresses: cfg.Provision != nil || cfg.ReadOnly,
+			// A local proxy binds only addresses of its prefix; a load balancer assigns
+			// only addresses of its pool.
+			UsableAddresses: usable,
 		},
 	}
 	if !cfg.ReadOnly {
