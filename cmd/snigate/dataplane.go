@@ -92,18 +92,18 @@ func provisionFlags(fs *flag.FlagSet) (func() *provision.Options, func() (netip.
 	image := fs.String("dataplane-image", envOr("SNIGATE_DATAPLANE_IMAGE", ""), "image of the provisioned data planes (default $SNIGATE_DATAPLANE_IMAGE)")
 	pull := fs.String("dataplane-pull-policy", "", "imagePullPolicy of the provisioned data planes (Always, IfNotPresent, Never; empty: the cluster's default)")
 	return func() *provision.Options {
-		if !*on {
-			return nil
+			if !*on {
+				return nil
+			}
+			return &provision.Options{Image: *image, ImagePullPolicy: corev1.PullPolicy(*pull)}
+		}, func() (netip.Prefix, error) {
+			if *pool == "" {
+				return netip.Prefix{}, nil
+			}
+			p, err := netip.ParsePrefix(*pool)
+			if err != nil {
+				return p, fmt.Errorf("--load-balancer-addresses: %w", err)
+			}
+			return p, nil
 		}
-		return &provision.Options{Image: *image, ImagePullPolicy: corev1.PullPolicy(*pull)}
-	}, func() (netip.Prefix, error) {
-		if *pool == "" {
-			return netip.Prefix{}, nil
-		}
-		p, err := netip.ParsePrefix(*pool)
-		if err != nil {
-			return p, fmt.Errorf("--load-balancer-addresses: %w", err)
-		}
-		return p, nil
-	}
 }
