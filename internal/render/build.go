@@ -492,8 +492,17 @@ func Complete(out *Result, st *translate.Status, now func() metav1.Time) {
 			continue
 		}
 		gwProgrammed := meta.IsStatusConditionTrue(gs.Conditions, string(gwv1.GatewayConditionProgrammed))
+		var refused *metav1.Condition // the ListenerSet, when the shared Gateway does not take it
+		if tn.set != nil {
+			if a := meta.FindStatusCondition(gs.Conditions, string(gwv1.ListenerSetConditionAccepted)); a != nil && a.Status == metav1.ConditionFalse {
+				refused = a
+			}
+		}
 		var c metav1.Condition
 		switch {
+		case refused != nil:
+			c = metav1.Condition{Status: metav1.ConditionFalse, Reason: refused.Reason,
+				Message: fmt.Sprintf("the shared Gateway does not take ListenerSet %s/%s: %s", tn.set.Namespace, tn.set.Name, refused.Message)}
 		case len(notReady) > 0:
 			c = metav1.Condition{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonListenersNotReady,
 				Message: fmt.Sprintf("%d of %d listeners not ready: %s", len(notReady), len(tn.Status.Listeners), strings.Join(notReady, ", "))}

@@ -52,11 +52,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -238,6 +240,7 @@ func Render(in *resources.Resources, opts Options) *Result {
 	for _, ns := range sortedKeys(winner) {
 		r.tenant(winner[ns])
 	}
+	r.sharedBudgets()
 	slices.SortFunc(r.out.Tenants, func(a, b Tenant) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
@@ -337,11 +340,16 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	b.databases()
 	n := len(b.gw.Spec.Listeners)
 	st.Status.ListenerCount = int32(n)
+	of := "a Gateway's"
+	if t.Spec.ParentGatewayRef != nil {
+		of = "a ListenerSet's"
+	}
+	// On a shared Gateway, sharedBudgets adds the Gateway's count once every set is known.
 	if n >= NearLimit {
 		cond(v1alpha1.ConditionListenerBudget, false, v1alpha1.ReasonNearLimit, fmt.Sprintf(
-			"%d of a Gateway's %d listeners: each HTTPS hostname of http01 mode takes one; mode dns01 or existingSecret serves every hostname of the tenant with one wildcard listener", n, MaxListeners))
+			"%d of %s %d listeners: each HTTPS hostname of http01 mode takes one; mode dns01 or existingSecret serves every hostname of the tenant with one wildcard listener", n, of, MaxListeners))
 	} else {
-		cond(v1alpha1.ConditionListenerBudget, true, v1alpha1.ReasonWithinBudget, fmt.Sprintf("%d of a Gateway's %d listeners", n, MaxListeners))
+		cond(v1alpha1.ConditionListenerBudget, true, v1alpha1.ReasonWithinBudget, fmt.Sprintf("%d of %s %d listeners", n, of, MaxListeners))
 	}
 	if n > MaxListeners {
 		keepPrevious(v1alpha1.ConditionReady, v1alpha1.ReasonTooManyListeners, fmt.Sprintf(
@@ -396,6 +404,59 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	r.out.Issuers = append(r.out.Issuers, b.issuers...)
 	r.out.Certificates = append(r.out.Certificates, b.certs...)
 	r.out.Tenants = append(r.out.Tenants, *st)
+}
+
+// sharedBudgets adds, to the ListenerBudget of every TenantGateway on a shared Gateway
+// (spec.parentGatewayRef), the shared Gateway's count: its own listeners and those of every
+// ListenerSet that names it (the TenantGateways' as rendered now, and the others of the
+// input). From nine tenths of the Gateway's cap (translate.MaxListenersAnnotation), where
+// translate refuses the youngest sets, the budget is NearLimit. Counting is all render does:
+// translate decides which sets the Gateway takes.
+func (r *renderer) sharedBudgets() {
+	type key struct{ ns, name string }
+	rendered := map[key]bool{}
+	for _, ls := range r.out.ListenerSets {
+		rendered[key{ls.Namespace, ls.Name}] = true
+	}
+	sets := slices.Clone(r.out.ListenerSets)
+	for _, ls := range r.in.ListenerSets {
+		if !rendered[key{ls.Namespace, ls.Name}] {
+			sets = append(sets, ls)
+		}
+	}
+	for i := range r.out.Tenants {
+		tn := &r.out.Tenants[i]
+		if tn.set == nil {
+			continue
+		}
+		c := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionListenerBudget)
+		ref := tn.set.Spec.ParentRef
+		var gw *gwv1.Gateway
+		for _, g := range r.in.Gateways {
+			if g.Name == string(ref.Name) && translate.IsParent(tn.set, g) {
+				gw = g
+			}
+		}
+		if c == nil || gw == nil {
+			continue
+		}
+		total, count := len(gw.Spec.Listeners), 0
+		for _, ls := range sets {
+			if translate.IsParent(ls, gw) {
+				total += len(ls.Spec.Listeners)
+				count++
+			}
+		}
+		next := *c
+		next.Message += fmt.Sprintf("; the shared Gateway %s/%s has %d with its %d ListenerSets", gw.Namespace, gw.Name, total, count)
+		if v, err := strconv.Atoi(strings.TrimSpace(gw.Annotations[translate.MaxListenersAnnotation])); err == nil && v > 0 {
+			next.Message += fmt.Sprintf(", of at most %d (%s: beyond it the youngest ListenerSets are refused)", v, translate.MaxListenersAnnotation)
+			if total*10 >= v*9 {
+				next.Status, next.Reason = metav1.ConditionFalse, v1alpha1.ReasonNearLimit
+			}
+		}
+		conditions.Set(&tn.Status.Conditions, tn.stored, next, r.opts.Now)
+	}
 }
 
 // refuse records the status of a TenantGateway that renders nothing at all.

@@ -58,6 +58,9 @@ type gateway struct {
 	key       nsName
 	addrs     []netip.Addr
 	maxConns  int
+	// maxListeners caps its own and its ListenerSets' listeners (MaxListenersAnnotation;
+	// 0: no cap).
+	maxListeners int
 	listeners []*listener
 	// owners maps contested hostnames to the route that owns them: "namespace/Kind/name"
 	// (HostnameOwnersAnnotation).
@@ -214,6 +217,14 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 				fmt.Sprintf("metadata.annotations[%s]: %q is not a non-negative integer", MaxConnectionsAnnotation, v))
 		}
 		gw.maxConns = n
+	}
+	if v, ok := g.Annotations[MaxListenersAnnotation]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			reject(gwv1.GatewayReasonInvalid,
+				fmt.Sprintf("metadata.annotations[%s]: %q is not a positive integer", MaxListenersAnnotation, v))
+		}
+		gw.maxListeners = n
 	}
 	for _, e := range strings.Split(g.Annotations[HostnameOwnersAnnotation], ",") {
 		host, owner, ok := strings.Cut(strings.TrimSpace(e), "=")

@@ -21,8 +21,10 @@ import (
 //
 // A listener that conflicts with one earlier in that order (the Gateway's own, an older
 // set's, one before it in its own set) is Conflicted and serves nothing, and the earlier one
-// keeps serving: a new tenant's set can never take a port or hostname from one already there. Statuses name only the
-// conflicting listener's port, hostname and name, never another set's routes or Secrets.
+// keeps serving: a new tenant's set can never take a port or hostname from one already there.
+// Statuses name only the conflicting listener's port, hostname and name, never another set's
+// routes or Secrets. A Gateway's MaxListenersAnnotation caps its own and its sets' listeners
+// together: a set that would go beyond it is refused whole, in the same precedence.
 
 type listenerSet struct {
 	obj       *gwv1.ListenerSet
@@ -44,6 +46,9 @@ func (t *translator) buildListenerSets() {
 	// Per Gateway and port, the listeners that serve so far: a platform with a thousand
 	// tenants' sets compares each new listener with those of its port only.
 	serving := map[*gateway]map[gwv1.PortNumber][]*listener{}
+	// Per Gateway, its listeners so far (its own and the accepted sets'), for
+	// MaxListenersAnnotation.
+	merged := map[*gateway]int{}
 	for _, o := range sets {
 		key, ok := parentOf(o)
 		gw := t.gwByName[key]
@@ -59,6 +64,7 @@ func (t *translator) buildListenerSets() {
 				}
 			}
 			serving[gw] = byPort
+			merged[gw] = len(gw.listeners)
 		}
 		s := &listenerSet{obj: o, key: nsName{o.Namespace, o.Name}, gw: gw}
 		t.sets = append(t.sets, s)
@@ -68,6 +74,13 @@ func (t *translator) buildListenerSets() {
 		} else if gw.rejected() {
 			s.rejectReason = gwv1.ListenerSetReasonParentNotAccepted
 			s.rejectMsg = fmt.Sprintf("Gateway %s is not accepted", gw.key)
+		} else if n, limit := len(o.Spec.Listeners), gw.maxListeners; limit > 0 && merged[gw]+n > limit {
+			s.rejectReason = gwv1.ListenerSetReasonNotAllowed
+			s.rejectMsg = fmt.Sprintf("Gateway %s takes at most %d listeners (annotation %s): it has %d already "+
+				"(its own and older ListenerSets'), room for %d more, and this ListenerSet has %d", gw.key, limit, MaxListenersAnnotation,
+				merged[gw], max(0, limit-merged[gw]), n)
+		} else {
+			merged[gw] += n
 		}
 		plaintext := plaintextListeners(o.Annotations)
 		for i := range o.Spec.Listeners {

@@ -25,6 +25,12 @@ const (
 	DefaultBindAddress = "0.0.0.0"
 	// MaxConnectionsAnnotation caps concurrent connections per bound socket of a Gateway.
 	MaxConnectionsAnnotation = "snigate.dev/max-connections-per-listener"
+	// MaxListenersAnnotation caps the listeners of a Gateway that ListenerSets share: its
+	// own and those of the ListenerSets it takes, counted in the sets' precedence (oldest
+	// first). A set that would go beyond it is refused whole (Accepted=False/NotAllowed,
+	// saying how many are left), and the sets already there keep serving: a platform team
+	// bounds what its tenants together put on one shared Gateway (and its data plane).
+	MaxListenersAnnotation = "snigate.dev/max-listeners"
 	// PlaintextListenersAnnotation names (comma-separated) the Gateway's HTTP listeners on
 	// which no application may be served in plaintext: an HTTPRoute attaches there only when
 	// each of its rules redirects to https or matches only ACME HTTP-01 challenge paths
