@@ -54,14 +54,14 @@ func (t *translator) ours(class string) bool {
 // ---- Gateways and listeners ----
 
 type gateway struct {
-	obj       *gwv1.Gateway
-	key       nsName
-	addrs     []netip.Addr
-	maxConns  int
+	obj      *gwv1.Gateway
+	key      nsName
+	addrs    []netip.Addr
+	maxConns int
 	// maxListeners caps its own and its ListenerSets' listeners (MaxListenersAnnotation;
 	// 0: no cap).
 	maxListeners int
-	listeners []*listener
+	listeners    []*listener
 	// owners maps contested hostnames to the route that owns them: "namespace/Kind/name"
 	// (HostnameOwnersAnnotation).
 	owners map[string]string
