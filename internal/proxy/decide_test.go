@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,6 +242,22 @@ func TestDecide(t *testing.T) {
 		{name: "postgres bad packet: bytes after a CancelRequest", pre: cat(cancelRequest, []byte{0}),
 			want: want{kind: kindReject, reason: reasonPGBadPacket, negotiation: negPostgresCancel}},
 	}
+	// The table covers every kind and every reason decide can reject with.
+	kinds, reasons := map[decisionKind]bool{}, map[outcome]bool{}
+	for _, c := range cases {
+		kinds[c.want.kind] = true
+		reasons[c.want.reason] = true
+	}
+	for k := range kindNames {
+		if k := decisionKind(k); k != kindUndecided && !kinds[k] { // undecided: the cases with more
+			t.Errorf("no case decides %v", k)
+		}
+	}
+	for _, r := range decideReasons {
+		if !reasons[r] {
+			t.Errorf("no case rejects with %s", r)
+		}
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.port == nil {
@@ -269,6 +286,11 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// decideReasons are the reasons decide rejects with (the others of outcome.go come later in
+// a connection's life).
+var decideReasons = []outcome{reasonNoSNI, reasonUnknownSNI, reasonNotTLS, reasonMalformed, reasonTooLarge,
+	reasonPGSmuggled, reasonPGBadPacket, reasonPGPlaintext}
 
 // manyALPN returns n distinct 100-byte ALPN protocol names, to pad a ClientHello.
 func manyALPN(n int) []string {
@@ -300,18 +322,15 @@ func checkDecision(t *testing.T, port *snapshot.Port, st *preambleState, pre []b
 	switch d.kind {
 	case kindReject:
 		// Fail closed: nothing written, but to a plaintext PostgreSQL client, who reads why.
-		switch d.reason {
-		case reasonNoSNI, reasonUnknownSNI, reasonNotTLS, reasonMalformed, reasonTooLarge,
-			reasonPGSmuggled, reasonPGBadPacket:
-			if d.reply != nil {
-				t.Fatalf("%s writes %q", d.reason, d.reply)
-			}
-		case reasonPGPlaintext:
+		switch {
+		case !slices.Contains(decideReasons, d.reason):
+			t.Fatalf("reject with reason %q, which is not decide's", d.reason)
+		case d.reason == reasonPGPlaintext:
 			if !bytes.Equal(d.reply, pgPlaintextError) {
 				t.Fatalf("%s writes %q", d.reason, d.reply)
 			}
-		default:
-			t.Fatalf("reject with reason %q, which is not decide's", d.reason)
+		case d.reply != nil:
+			t.Fatalf("%s writes %q", d.reason, d.reply)
 		}
 		if d.listener != nil || d.route != nil {
 			t.Fatalf("%s with a listener", d.reason)
