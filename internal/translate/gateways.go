@@ -210,22 +210,22 @@ func (t *translator) gateway(g *gwv1.Gateway) *gateway {
 	case len(gw.addrs) == 0 && len(gw.unusable) == 0:
 		gw.addrs = []netip.Addr{t.defaultAddr}
 	}
-	if v, ok := g.Annotations[MaxConnectionsAnnotation]; ok {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 {
-			reject(gwv1.GatewayReasonInvalid,
-				fmt.Sprintf("metadata.annotations[%s]: %q is not a non-negative integer", MaxConnectionsAnnotation, v))
+	// A count annotation that is not a number (or too small) rejects the Gateway rather
+	// than serving it without the cap its owner asked for.
+	count := func(name string, least int, what string) int {
+		v, ok := g.Annotations[name]
+		if !ok {
+			return 0
 		}
-		gw.maxConns = n
-	}
-	if v, ok := g.Annotations[MaxListenersAnnotation]; ok {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 1 {
-			reject(gwv1.GatewayReasonInvalid,
-				fmt.Sprintf("metadata.annotations[%s]: %q is not a positive integer", MaxListenersAnnotation, v))
+		if err != nil || n < least {
+			reject(gwv1.GatewayReasonInvalid, fmt.Sprintf("metadata.annotations[%s]: %q is not a %s integer", name, v, what))
+			return 0
 		}
-		gw.maxListeners = n
+		return n
 	}
+	gw.maxConns = count(MaxConnectionsAnnotation, 0, "non-negative")
+	gw.maxListeners = count(MaxListenersAnnotation, 1, "positive")
 	for _, e := range strings.Split(g.Annotations[HostnameOwnersAnnotation], ",") {
 		host, owner, ok := strings.Cut(strings.TrimSpace(e), "=")
 		if ok && host != "" && strings.Count(owner, "/") == 2 {
