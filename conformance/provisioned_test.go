@@ -12,14 +12,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,8 +48,8 @@ import (
 //     hostNetwork Pod behind a load balancer that announces node addresses (k3s's
 //     ServiceLB): the address the suite dials is the one the process listens on, so no
 //     NAT is needed. The Pod is Ready when the data plane's /readyz answers 200.
-//   - Garbage collector: Deployments, Services and ServiceAccounts whose controlling owner
-//     is a Gateway that no longer exists are deleted (the API server alone has no
+//   - Garbage collector: Deployments, Services, ServiceAccounts and NetworkPolicies whose
+//     controlling owner is a Gateway that no longer exists are deleted (the API server alone has no
 //     garbage collector).
 type dataPlanes struct {
 	image      string // the --dataplane-image the controller provisions
@@ -75,23 +79,15 @@ func (d *dataPlanes) sync(ctx context.Context, cl client.Client, busy map[netip.
 	for _, gw := range gws.Items {
 		live[gw.UID] = true
 	}
-	var deps appsv1.DeploymentList
-	var svcs corev1.ServiceList
-	var sas corev1.ServiceAccountList
-	for _, l := range []client.ObjectList{&deps, &svcs, &sas} {
+	var owned []client.Object
+	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{}, &networkingv1.NetworkPolicyList{}} {
 		if err := cl.List(ctx, l, client.HasLabels{provision.LabelGatewayName}); err != nil {
 			return err
 		}
-	}
-	var owned []client.Object
-	for i := range deps.Items {
-		owned = append(owned, &deps.Items[i])
-	}
-	for i := range svcs.Items {
-		owned = append(owned, &svcs.Items[i])
-	}
-	for i := range sas.Items {
-		owned = append(owned, &sas.Items[i])
+		_ = meta.EachListItem(l, func(o runtime.Object) error {
+			owned = append(owned, o.(client.Object))
+			return nil
+		})
 	}
 	for _, o := range owned {
 		ref := metav1.GetControllerOf(o)
@@ -214,11 +210,26 @@ func (d *dataPlanes) startDataPlane(p *corev1.Pod, c corev1.Container, addr neti
 		logf.Close()
 		return nil, err
 	}
-	args := slices.Clone(c.Args)
-	// Later flags win: the listen and admin addresses a Pod would have had in a network
-	// namespace of its own, and the API server its ServiceAccount token would have reached.
-	args = append(args, "--kubeconfig", kc, "--bind", addr.String(),
-		"--admin", netip.AddrPortFrom(addr, provision.AdminPort).String())
+	// The listen addresses a Pod would have had in a network namespace of its own (its own
+	// loopback and its Pod address), and the API server its ServiceAccount token would have
+	// reached. Later flags win.
+	args := append(slices.Clone(c.Args), "--kubeconfig", kc, "--bind", addr.String())
+	for _, a := range c.Args {
+		for _, f := range []string{"--admin=", "--metrics="} {
+			if v, ok := strings.CutPrefix(a, f); ok {
+				ap, err := netip.ParseAddrPort(v)
+				if err != nil { // ":port"
+					_, port, _ := strings.Cut(v, ":")
+					ap, err = netip.ParseAddrPort("0.0.0.0:" + port)
+				}
+				if err != nil {
+					logf.Close()
+					return nil, fmt.Errorf("container argument %s: %w", a, err)
+				}
+				args = append(args, f+netip.AddrPortFrom(addr, ap.Port()).String())
+			}
+		}
+	}
 	cmd := exec.Command(d.snigate, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "POD_NAMESPACE=" + p.Namespace, "POD_NAME=" + p.Name}
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -243,10 +254,11 @@ func writeImpersonating(kubeconfig []byte, user, path string) error {
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
-// dataPlaneReady reports whether the data plane at addr serves a configuration.
+// dataPlaneReady reports whether the data plane at addr serves a configuration: its
+// readiness probe, on the metrics port.
 func dataPlaneReady(addr netip.Addr) bool {
 	c := http.Client{Timeout: 300 * time.Millisecond}
-	resp, err := c.Get("http://" + netip.AddrPortFrom(addr, provision.AdminPort).String() + "/readyz")
+	resp, err := c.Get("http://" + netip.AddrPortFrom(addr, provision.MetricsPort).String() + "/readyz")
 	if err != nil {
 		return false
 	}

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -408,6 +410,68 @@ spec:
 		})
 		addrRejectedTLS(t, addr, 5432, &tls.Config{ServerName: "evil.postgres.a.example.test", RootCAs: ca.Pool()})
 		addrRejectedTLS(t, addr, 5432, &tls.Config{InsecureSkipVerify: true})
+	})
+
+	t.Run("the platform's listener cap refuses a newcomer whole; the tenants there keep serving", func(t *testing.T) {
+		// The cap is what the Gateway and the three sets hold now: a fourth tenant goes beyond.
+		total := 1 // the Gateway's own listener
+		for _, tn := range tenants {
+			ls := &unstructured.Unstructured{}
+			ls.SetGroupVersionKind(listenerSetGVK)
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: tn, Name: tn}, ls); err != nil {
+				t.Fatal(err)
+			}
+			entries, _, _ := unstructured.NestedSlice(ls.Object, "spec", "listeners")
+			total += len(entries)
+		}
+		capGateway := func(v string) {
+			t.Helper()
+			gw := &unstructured.Unstructured{}
+			gw.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "Gateway"})
+			gw.SetNamespace("platform")
+			gw.SetName("shared")
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, "snigate.dev/max-listeners", v)
+			if err := cl.Patch(ctx, gw, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		capGateway(strconv.Itoa(total))
+		apply(t, cl, fixture.Docs(sharedTenantYAML("d", `{tenant: "yes"}`),
+			fixture.TLSSecretYAML("d", "wildcard", ca.Issue(t, "d.example.test", "*.d.example.test").Cert)))
+		kubetest.Eventually(t, clusterWait, "ListenerSet d/d refused by the cap, and TenantGateway d saying why", func() error {
+			if err := listenerSetCondition(ctx, cl, "d", "d", "Accepted", "False", "NotAllowed"); err != nil {
+				return err
+			}
+			tgw := &unstructured.Unstructured{}
+			tgw.SetGroupVersionKind(schema.GroupVersionKind{Group: "snigate.dev", Version: "v1alpha1", Kind: "TenantGateway"})
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "d", Name: "d"}, tgw); err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(tgw.Object, "status", "conditions")
+			if err := findCondition("TenantGateway d", conds, "Ready", "False", "NotAllowed"); err != nil {
+				return err
+			}
+			for _, c := range conds {
+				if m, _ := c.(map[string]any); m["type"] == "Ready" && !strings.Contains(fmt.Sprint(m["message"]), fmt.Sprintf("takes at most %d listeners", total)) {
+					return fmt.Errorf("Ready message %q does not name the cap", m["message"])
+				}
+			}
+			return nil
+		})
+		for _, tn := range tenants {
+			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
+				t.Errorf("tenant %s beside the refused newcomer: %v", tn, r)
+			}
+		}
+		var name string
+		if err := held.QueryRow(cctx, "select name from instance").Scan(&name); err != nil || name != pgs["a"].Name {
+			t.Errorf("the session held open to a's database: %q, %v", name, err)
+		}
+		// Room for it: the newcomer's set is taken.
+		capGateway(strconv.Itoa(total + 64))
+		kubetest.Eventually(t, clusterWait, "ListenerSet d/d accepted once the cap leaves room", func() error {
+			return listenerSetCondition(ctx, cl, "d", "d", "Accepted", "True", "Accepted")
+		})
 	})
 
 	t.Run("deleting tenant b removes only its listeners", func(t *testing.T) {

@@ -65,7 +65,7 @@ func runDataplane(args []string) error {
 	if err != nil {
 		return err
 	}
-	closeAdmin, err := startAdmin(*rf.admin, m, c.Runner().State, log)
+	closeAdmin, err := startAdmin(rf, m, c.Runner().State, log)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/snigate/snigate/internal/admin"
@@ -15,7 +16,7 @@ import (
 // runFlags are the flags of every command that runs the data plane (serve, controller,
 // dataplane), registered in one place so that their names, defaults and help stay the same.
 type runFlags struct {
-	admin, bind                                              *string
+	admin, metrics, bind                                     *string
 	helloTimeout, dialTimeout, idleTimeout, keepAlive, drain *time.Duration
 	helloMax                                                 *int
 	accessLog                                                *bool
@@ -24,7 +25,8 @@ type runFlags struct {
 
 func addRunFlags(fs *flag.FlagSet) *runFlags {
 	return &runFlags{
-		admin:        fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status, /debug/pprof (empty disables)"),
+		admin:        fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status, /debug/pprof (empty disables); keep it on loopback: /status names every tenant's hostnames and backends"),
+		metrics:      fs.String("metrics", "", "listener for /metrics, /healthz and /readyz only, for a Pod network (empty disables)"),
 		bind:         fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses"),
 		helloTimeout: fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello"),
 		helloMax:     fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello"),
@@ -48,18 +50,40 @@ func (f *runFlags) proxyOptions(m *metrics.Metrics, log *slog.Logger) proxy.Opti
 	}
 }
 
-// startAdmin serves the admin endpoints on addr (nothing when addr is empty) and returns the
-// function that stops them.
-func startAdmin(addr string, m *metrics.Metrics, state func() admin.State, log *slog.Logger) (func(), error) {
-	if addr == "" {
-		return func() {}, nil
+// startAdmin serves the full admin endpoints on --admin and the public ones on --metrics
+// (each only when its address is set) and returns the function that stops them. An --admin
+// address that is not loopback is served, as asked, with a warning: it exposes /status and
+// /debug/pprof to that network.
+func startAdmin(f *runFlags, m *metrics.Metrics, state func() admin.State, log *slog.Logger) (func(), error) {
+	var servers []*admin.Server
+	stop := func() {
+		for _, s := range servers {
+			s.Close()
+		}
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--admin: %w", err)
+	for _, l := range []struct {
+		flag, addr string
+		srv        func(*metrics.Metrics, func() admin.State) *admin.Server
+	}{
+		{"--admin", *f.admin, admin.New},
+		{"--metrics", *f.metrics, admin.NewPublic},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("%s: %w", l.flag, err)
+		}
+		srv := l.srv(m, state)
+		servers = append(servers, srv)
+		go srv.Serve(ln)
+		log.Info("admin listening", "flag", l.flag, "address", ln.Addr().String())
+		if ap, err := netip.ParseAddrPort(ln.Addr().String()); l.flag == "--admin" && err == nil && !ap.Addr().IsLoopback() {
+			log.Warn("--admin is not on loopback: /status and /debug/pprof are open to that network; "+
+				"serve only --metrics there and keep --admin on 127.0.0.1", "address", ln.Addr().String())
+		}
 	}
-	srv := admin.New(m, state)
-	go srv.Serve(ln)
-	log.Info("admin listening", "address", ln.Addr().String())
-	return func() { srv.Close() }, nil
+	return stop, nil
 }

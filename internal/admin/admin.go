@@ -1,9 +1,11 @@
-// Package admin serves snigate's operator endpoints on a separate listener (loopback by
-// default): /metrics (Prometheus), /healthz (the process is alive), /readyz (a configuration
-// is being served) and /status (the current status of every object and the routing table, as
-// JSON).
+// Package admin serves snigate's operator endpoints on listeners of their own: /metrics
+// (Prometheus), /healthz (the process is alive), /readyz (a configuration is being served),
+// /status (the current status of every object and the routing table, as JSON) and
+// /debug/pprof. New serves all of them, for loopback (--admin, 127.0.0.1:9901 by default);
+// NewPublic only the first three, for a Pod network (--metrics), because /status names every
+// tenant's hostnames and backends and pprof lets anyone profile the proxy.
 //
-//	srv := admin.New(m, stateFunc)
+//	srv := admin.New(m, stateFunc) // or admin.NewPublic
 //	go srv.Serve(ln)
 package admin
 
@@ -43,8 +45,34 @@ type Server struct {
 	http *http.Server
 }
 
-// New builds the server; state is called on every /status and /readyz request.
+// New builds the full admin server: the public endpoints (NewPublic) plus /status and
+// /debug/pprof. Those two tell every hostname and backend of every tenant and let anyone
+// profile the proxy, so serve it on loopback only (the default; in a Pod, `kubectl
+// port-forward` reaches it, under Kubernetes' own authorization). state is called on every
+// /status and /readyz request.
 func New(m *metrics.Metrics, state func() State) *Server {
+	mux := publicMux(m, state)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(state())
+	})
+	return newServer(mux)
+}
+
+// NewPublic builds the server for a Pod network: /metrics, /healthz and /readyz, which tell
+// nothing about tenants (metric labels name only listeners and routes by name) and are what
+// Prometheus and the kubelet need. Every other path is 404.
+func NewPublic(m *metrics.Metrics, state func() State) *Server {
+	return newServer(publicMux(m, state))
+}
+
+func publicMux(m *metrics.Metrics, state func() State) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -57,19 +85,11 @@ func New(m *metrics.Metrics, state func() State) *Server {
 		}
 		w.Write([]byte("ok\n"))
 	})
-	// Profiles for finding where the proxy spends CPU; the admin listener is loopback-only by
-	// default.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(state())
-	})
-	return &Server{http: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	return mux
+}
+
+func newServer(h http.Handler) *Server {
+	return &Server{http: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
 }
 
 // Serve serves on ln until Close.

@@ -17,10 +17,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -127,7 +129,8 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{
 		Options:   kubetest.Options{CRDs: kubetest.KustomizedCRDs(t)},
 		Scheme:    scheme,
-		Manifests: []string{"config/gatewayclass/gatewayclass.yaml"},
+		// The controller's own NetworkPolicy too: the API server validates it.
+		Manifests: []string{"config/gatewayclass/gatewayclass.yaml", "config/controller/networkpolicy.yaml"},
 	})
 	env, cl, as := kc.Env, kc.Client, kc.As
 	ctx := context.Background()
@@ -206,6 +209,41 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		}
 	}
 
+	// The NetworkPolicy admits the listener ports and the metrics port to the data plane's
+	// Pods, and nothing else.
+	policyPorts := func(want ...int32) func() error {
+		return func() error {
+			var np networkingv1.NetworkPolicy
+			if err := cl.Get(ctx, name, &np); err != nil {
+				return err
+			}
+			var got []int32
+			for _, r := range np.Spec.Ingress {
+				if len(r.From) != 0 {
+					return fmt.Errorf("ingress rule with sources %+v", r.From)
+				}
+				for _, p := range r.Ports {
+					if p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP || p.Port == nil {
+						return fmt.Errorf("port %+v", p)
+					}
+					got = append(got, p.Port.IntVal)
+				}
+			}
+			if !slices.Equal(got, want) || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+				return fmt.Errorf("NetworkPolicy ports %v (types %v), want %v", got, np.Spec.PolicyTypes, want)
+			}
+			var d appsv1.Deployment
+			if err := cl.Get(ctx, name, &d); err != nil {
+				return err
+			}
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			if err != nil || sel.Empty() || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				return fmt.Errorf("NetworkPolicy selector %v does not select the data plane Pods %v (%v)", np.Spec.PodSelector, d.Spec.Template.Labels, err)
+			}
+			return errors.Join(owned(&np), labelled(&np))
+		}
+	}
+
 	t.Run("Provisioned", func(t *testing.T) {
 		kubetest.Eventually(t, 30*time.Second, "Deployment", func() error {
 			var d appsv1.Deployment
@@ -215,6 +253,8 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 			c := d.Spec.Template.Spec.Containers[0]
 			if *d.Spec.Replicas != 2 || c.Image != "registry.example/snigate:test" ||
 				!slices.Equal(c.Args[:3], []string{"dataplane", "--gateway", "apps/edge"}) ||
+				!slices.Contains(c.Args, "--admin=127.0.0.1:9901") || !slices.Contains(c.Args, "--metrics=:9902") ||
+				c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Port.StrVal != "metrics" ||
 				d.Spec.Template.Spec.ServiceAccountName != name.Name {
 				return fmt.Errorf("Deployment: replicas %d, image %s, args %v, serviceAccount %s",
 					*d.Spec.Replicas, c.Image, c.Args, d.Spec.Template.Spec.ServiceAccountName)
@@ -229,6 +269,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 			return errors.Join(owned(&sa), labelled(&sa))
 		})
 		kubetest.Eventually(t, 30*time.Second, "LoadBalancer Service with the two listener ports", servicePorts(5432, 8443))
+		kubetest.Eventually(t, 30*time.Second, "NetworkPolicy for the listener ports and metrics", policyPorts(5432, 8443, 9902))
 		kubetest.Eventually(t, 30*time.Second, "ClusterRoleBinding subjects", bindingSubjects(cl, "apps/edge-snigate"))
 	})
 
@@ -259,6 +300,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		kubetest.Eventually(t, 30*time.Second, "Service follows the listener port", servicePorts(5433, 8443))
+		kubetest.Eventually(t, 30*time.Second, "NetworkPolicy follows the listener port", policyPorts(5433, 8443, 9902))
 	})
 
 	// The ports of the ListenerSets the Gateway allows count; a set it does not allow, or a

@@ -15,6 +15,9 @@
 //     server read-only and serves that Gateway's snapshot; it keeps serving the last one while
 //     the API server or the controller is away.
 //   - Service edge-snigate, type LoadBalancer, exactly one TCP port per distinct listener port.
+//   - NetworkPolicy edge-snigate: ingress to the data plane Pods on those ports and the
+//     metrics port (9902: /metrics, /healthz, /readyz) only. /status and /debug/pprof are on
+//     the Pod's loopback (9901).
 //
 // Every object carries the labels gateway.networking.k8s.io/gateway-name and
 // gateway-class-name, plus spec.infrastructure.labels and .annotations of the Gateway.
@@ -39,6 +42,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +53,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -72,8 +77,12 @@ const (
 	DefaultClusterRoleBinding = "snigate-dataplane"
 	// FieldOwner is the server-side apply field manager of everything provisioned.
 	FieldOwner = "snigate"
-	// AdminPort is the data plane's admin listener (/readyz, /metrics, /status).
+	// AdminPort is the data plane's full admin listener (/status, /debug/pprof and the
+	// rest), on the Pod's loopback only: `kubectl port-forward` reaches it.
 	AdminPort = 9901
+	// MetricsPort is the data plane's listener on the Pod network: /metrics, /healthz,
+	// /readyz (the probes), nothing else.
+	MetricsPort = 9902
 
 	LabelGatewayName      = "gateway.networking.k8s.io/gateway-name"
 	LabelGatewayClassName = "gateway.networking.k8s.io/gateway-class-name"
@@ -113,13 +122,14 @@ func (o Options) withDefaults() Options {
 // managedSelector selects what provisioning created.
 var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelComponent: component})
 
-// CacheByObject limits the informer cache to the Deployments and ServiceAccounts that
-// provisioning created (a cluster has many of both). Services are not limited: the
+// CacheByObject limits the informer cache to the Deployments, ServiceAccounts and
+// NetworkPolicies that provisioning created (a cluster has many of both). Services are not limited: the
 // Kubernetes source watches all of them as backends.
 func CacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&appsv1.Deployment{}:     {Label: managedSelector},
-		&corev1.ServiceAccount{}: {Label: managedSelector},
+		&appsv1.Deployment{}:          {Label: managedSelector},
+		&corev1.ServiceAccount{}:      {Label: managedSelector},
+		&networkingv1.NetworkPolicy{}: {Label: managedSelector},
 	}
 }
 
@@ -252,14 +262,32 @@ func Service(gw *gwv1.Gateway, sets ...*gwv1.ListenerSet) *corev1ac.ServiceApply
 		WithOwnerReferences(ownerRef(gw)).WithSpec(spec)
 }
 
+// NetworkPolicy admits to gw's data plane Pods only its listener ports (and those of the
+// ListenerSets it takes) and the metrics port (Prometheus, the probes): nothing else on the
+// Pod network reaches them, not even where a process listens on another port by mistake.
+// The full admin listener (/status, /debug/pprof) is on the Pod's loopback anyway.
+func NetworkPolicy(gw *gwv1.Gateway, sets ...*gwv1.ListenerSet) *networkingv1ac.NetworkPolicyApplyConfiguration {
+	rule := networkingv1ac.NetworkPolicyIngressRule()
+	for _, p := range append(Ports(gw, sets...), MetricsPort) {
+		rule.WithPorts(networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolTCP).WithPort(intstr.FromInt32(p)))
+	}
+	return networkingv1ac.NetworkPolicy(Name(gw), gw.Namespace).
+		WithLabels(objectLabels(gw)).WithAnnotations(objectAnnotations(gw)).
+		WithOwnerReferences(ownerRef(gw)).
+		WithSpec(networkingv1ac.NetworkPolicySpec().
+			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(gw))).
+			WithPolicyTypes(networkingv1.PolicyTypeIngress).
+			WithIngress(rule))
+}
+
 // Deployment runs `snigate dataplane` for gw with image.
 func Deployment(gw *gwv1.Gateway, image string, pull corev1.PullPolicy, replicas int32) *appsv1ac.DeploymentApplyConfiguration {
 	c := corev1ac.Container().WithName("snigate").WithImage(image).
 		WithArgs("dataplane", "--gateway", gw.Namespace+"/"+gw.Name, "--log-format=json",
-			"--admin=:"+strconv.Itoa(AdminPort)).
-		WithPorts(corev1ac.ContainerPort().WithName("admin").WithContainerPort(AdminPort).WithProtocol(corev1.ProtocolTCP)).
-		WithReadinessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().WithPath("/readyz").WithPort(intstr.FromString("admin")))).
-		WithLivenessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().WithPath("/healthz").WithPort(intstr.FromString("admin")))).
+			"--admin=127.0.0.1:"+strconv.Itoa(AdminPort), "--metrics=:"+strconv.Itoa(MetricsPort)).
+		WithPorts(corev1ac.ContainerPort().WithName("metrics").WithContainerPort(MetricsPort).WithProtocol(corev1.ProtocolTCP)).
+		WithReadinessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().WithPath("/readyz").WithPort(intstr.FromString("metrics")))).
+		WithLivenessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().WithPath("/healthz").WithPort(intstr.FromString("metrics")))).
 		WithSecurityContext(corev1ac.SecurityContext().WithAllowPrivilegeEscalation(false).
 			WithReadOnlyRootFilesystem(true).WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
 	if pull != "" {
@@ -337,6 +365,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ServiceAccount{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&gwv1.GatewayClass{}, byClass, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
@@ -383,6 +412,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		func() error {
 			d := Deployment(&gw, r.o.Image, r.o.ImagePullPolicy, replicas)
 			return r.cl.Apply(ctx, d, client.FieldOwner(FieldOwner), client.ForceOwnership)
+		},
+		func() error {
+			return r.cl.Apply(ctx, NetworkPolicy(&gw, sets...), client.FieldOwner(FieldOwner), client.ForceOwnership)
 		},
 		func() error {
 			if svc := Service(&gw, sets...); svc != nil {
@@ -452,7 +484,7 @@ func (r *reconciler) ours(ctx context.Context, gw *gwv1.Gateway) (bool, error) {
 func (r *reconciler) prune(ctx context.Context, gw *gwv1.Gateway, keep string) error {
 	sel := client.MatchingLabels{LabelGatewayName: gw.Name, LabelManagedBy: managedBy, LabelComponent: component}
 	var errs []error
-	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{}} {
+	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{}, &networkingv1.NetworkPolicyList{}} {
 		if err := r.cl.List(ctx, l, client.InNamespace(gw.Namespace), sel); err != nil {
 			errs = append(errs, err)
 			continue

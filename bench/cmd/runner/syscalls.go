@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"os/exec"
@@ -28,7 +31,15 @@ func (e *env) syscalls() {
 		if inst == nil || inst.proc == nil {
 			continue
 		}
-		counts, err := e.straceConns(inst, n)
+		// strace attaches to every thread of the tree as listed a moment before: one that
+		// has just ended makes it give up without a word in its output file. Try again.
+		var counts map[string]float64
+		var err error
+		for try := 0; try < 3; try++ {
+			if counts, err = e.straceConns(inst, n); !errors.Is(err, errNotAttached) {
+				break
+			}
+		}
 		if err != nil {
 			e.res.Error(fmt.Errorf("syscalls %s: %w", kind, err))
 			continue
@@ -42,6 +53,9 @@ func (e *env) syscalls() {
 	}
 }
 
+// errNotAttached: strace wrote no counts (it could not attach to the whole tree).
+var errNotAttached = errors.New("strace did not attach")
+
 // straceConns attaches strace to every process of inst's tree, makes n connections and
 // returns the calls per syscall ("name" and "name!" for the failed ones).
 func (e *env) straceConns(inst *instance, n int) (map[string]float64, error) {
@@ -51,7 +65,8 @@ func (e *env) straceConns(inst *instance, n int) (map[string]float64, error) {
 		args = append(args, "-p", strconv.Itoa(pid))
 	}
 	cmd := exec.Command("strace", args...)
-	cmd.Stderr = nil
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -66,6 +81,9 @@ func (e *env) straceConns(inst *instance, n int) (map[string]float64, error) {
 		return nil, lerr
 	}
 	b, err := os.ReadFile(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", errNotAttached, strings.TrimSpace(stderr.String()))
+	}
 	if err != nil {
 		return nil, err
 	}
