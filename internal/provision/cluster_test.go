@@ -127,8 +127,8 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 	// more: a missing permission fails this test. The CRDs are exactly as `kubectl apply -k
 	// config/default` installs them, printer column patches included.
 	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{
-		Options:   kubetest.Options{CRDs: kubetest.KustomizedCRDs(t)},
-		Scheme:    scheme,
+		Options: kubetest.Options{CRDs: kubetest.KustomizedCRDs(t)},
+		Scheme:  scheme,
 		// The controller's own NetworkPolicy too: the API server validates it.
 		Manifests: []string{"config/gatewayclass/gatewayclass.yaml", "config/controller/networkpolicy.yaml"},
 	})
