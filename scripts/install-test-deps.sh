@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-test-deps.sh — install the real servers and clients that snigate's end-to-end tests
 # start as private instances (internal/testutil): PostgreSQL, Redis, MariaDB, and the other
-# proxies we compare against. Debian 12 (bookworm), run as root; safe to run again.
+# proxies we compare against; and promtool (package prometheus) for the alert rules' test.
+# Debian 12 (bookworm), run as root; safe to run again.
 #
 # The packages' own services are never left running: the tests start their own instances on
 # free loopback ports with data folders in t.TempDir(), and a system instance on 5432/6379/3306
@@ -15,8 +16,9 @@ PACKAGES=(
 	mariadb-server mariadb-client
 	openssl curl iproute2
 	haproxy nginx libnginx-mod-stream sniproxy
+	prometheus
 )
-SERVICES=(postgresql redis-server mariadb mysql haproxy nginx sniproxy)
+SERVICES=(postgresql redis-server mariadb mysql haproxy nginx sniproxy prometheus)
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "install-test-deps: must run as root" >&2
