@@ -194,7 +194,7 @@ func run(t *testing.T, h harness) {
 	ctrlKC := kcPath
 	if h.provisioned {
 		ctrlKC = filepath.Join(art, "kubeconfig-controller")
-		if err := writeImpersonating(kubeconfig, kubetest.ControllerUser, ctrlKC); err != nil {
+		if err := kubetest.WriteKubeconfig(kubeconfig, kubetest.ControllerUser, ctrlKC); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -25,11 +25,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/provision"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
 // dataPlanes is what the kubelet stand-in adds in the provisioned run, where `snigate
@@ -206,7 +206,7 @@ func (d *dataPlanes) startDataPlane(p *corev1.Pod, c corev1.Container, addr neti
 	// The identity a ServiceAccount token would have given the Pod.
 	kc := filepath.Join(podDir, "kubeconfig")
 	sa := "system:serviceaccount:" + p.Namespace + ":" + cmp.Or(p.Spec.ServiceAccountName, "default")
-	if err := writeImpersonating(d.kubeconfig, sa, kc); err != nil {
+	if err := kubetest.WriteKubeconfig(d.kubeconfig, sa, kc); err != nil {
 		logf.Close()
 		return nil, err
 	}
@@ -240,18 +240,6 @@ func (d *dataPlanes) startDataPlane(p *corev1.Pod, c corev1.Container, addr neti
 	}
 	go func() { _ = cmd.Wait(); logf.Close() }()
 	return cmd, nil
-}
-
-// writeImpersonating writes kubeconfig to path with every user impersonating user.
-func writeImpersonating(kubeconfig []byte, user, path string) error {
-	cfg, err := clientcmd.Load(kubeconfig)
-	if err != nil {
-		return err
-	}
-	for _, a := range cfg.AuthInfos {
-		a.Impersonate = user
-	}
-	return clientcmd.WriteToFile(*cfg, path)
 }
 
 // dataPlaneReady reports whether the data plane at addr serves a configuration: its

@@ -1,13 +1,29 @@
 package e2e
 
 import (
+	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
 // The admin split, seen from another machine: a client in a network namespace of its own
@@ -50,3 +66,123 @@ func TestAdminSplitFromAnotherAddress(t *testing.T) {
 		}
 	}
 }
+
+// --admin-auth=kubernetes on a real API server: `snigate controller`, as the install's
+// ServiceAccount with the install's RBAC, serves --admin over TLS and asks the API server
+// about every request. No token is 401, a ServiceAccount without the snigate-admin-reader
+// ClusterRole is 403, one bound to it reads /status and /debug/pprof; --metrics needs no
+// token.
+func TestAdminAuthKubernetes(t *testing.T) {
+	needBinary(t)
+	kc := kubetest.StartCluster(t, kubetest.ClusterOptions{})
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(kc.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := func(name string) string {
+		t.Helper()
+		if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader, nobody := token("reader"), token("nobody")
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "reader-snigate-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "snigate-admin-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "reader"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	user, err := kc.Env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := kubetest.WriteKubeconfig(raw, kubetest.ControllerUser, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
+	metrics := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
+	log := filepath.Join(t.TempDir(), "snigate.log")
+	logf, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(snigateBin, "controller", "--kubeconfig", kubeconfig, "--leader-elect=false", "--proxy=false",
+		"--admin", admin, "--admin-auth", "kubernetes", "--metrics", metrics)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(log)
+			t.Logf("snigate log:\n%s", b)
+		}
+	})
+	plain := &http.Client{Timeout: 5 * time.Second}
+	kubetest.Eventually(t, clusterWait, "--metrics /readyz", func() error {
+		resp, err := plain.Get("http://" + metrics + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	// The certificate is made at start: nothing to pin, TLS only keeps the token private.
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(path, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "https://"+admin+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, token, who string
+		want             int
+	}{
+		{"/status", "", "no token", http.StatusUnauthorized},
+		{"/status", "not-a-token", "a forged token", http.StatusUnauthorized},
+		{"/status", nobody, "ServiceAccount nobody", http.StatusForbidden},
+		{"/debug/pprof/", nobody, "ServiceAccount nobody", http.StatusForbidden},
+		{"/status", reader, "ServiceAccount reader", http.StatusOK},
+		{"/debug/pprof/", reader, "ServiceAccount reader", http.StatusOK},
+		{"/status", reader, "ServiceAccount reader, from the cache", http.StatusOK},
+	} {
+		if got := get(c.path, c.token); got != c.want {
+			t.Errorf("GET %s as %s: %d, want %d", c.path, c.who, got, c.want)
+		}
+	}
+	// Plain HTTP on the protected listener gets no answer but TLS's.
+	if resp, err := plain.Get("http://" + admin + "/status"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain HTTP /status on --admin-auth's listener: 200")
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -52,6 +52,7 @@ func runController(args []string) error {
 	leaseNS := fs.String("leader-election-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the leader election Lease")
 	probes := fs.String("health-probe-address", "", "address for the controller's /healthz and /readyz (empty disables)")
 	rf := addRunFlags(fs)
+	adminGuard := adminAuthFlag(fs)
 	localAddrs := fs.String("local-addresses", "", "prefix (e.g. 127.0.0.0/24) giving each Gateway without spec.addresses its own address, bound locally and written to status.addresses (tests, conformance)")
 	provisionOpts, lbPool := provisionFlags(fs) // dataplane.go
 	if err := fs.Parse(args); err != nil {
@@ -104,7 +105,11 @@ func runController(args []string) error {
 	if err != nil {
 		return err
 	}
-	closeAdmin, err := startAdmin(rf, m, c.Runner().State, log)
+	guard, err := adminGuard(rc)
+	if err != nil {
+		return err
+	}
+	closeAdmin, err := startAdmin(rf, m, c.Runner().State, log, guard)
 	if err != nil {
 		return err
 	}

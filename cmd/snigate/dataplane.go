@@ -39,6 +39,7 @@ func runDataplane(args []string) error {
 	gateway := fs.String("gateway", "", "namespace/name of the Gateway to serve (required)")
 	controllerName := fs.String("controller-name", translate.DefaultControllerName, "GatewayClass controllerName to answer to")
 	rf := addRunFlags(fs)
+	adminGuard := adminAuthFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,7 +66,11 @@ func runDataplane(args []string) error {
 	if err != nil {
 		return err
 	}
-	closeAdmin, err := startAdmin(rf, m, c.Runner().State, log)
+	guard, err := adminGuard(rc)
+	if err != nil {
+		return err
+	}
+	closeAdmin, err := startAdmin(rf, m, c.Runner().State, log, guard)
 	if err != nil {
 		return err
 	}

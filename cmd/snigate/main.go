@@ -137,7 +137,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	closeAdmin, err := startAdmin(rf, m, r.State, log)
+	closeAdmin, err := startAdmin(rf, m, r.State, log, nil)
 	if err != nil {
 		return err
 	}

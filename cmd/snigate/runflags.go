@@ -1,12 +1,20 @@
 package main
 
 import (
+	"cmp"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
+	"os"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
@@ -51,10 +59,11 @@ func (f *runFlags) proxyOptions(m *metrics.Metrics, log *slog.Logger) proxy.Opti
 }
 
 // startAdmin serves the full admin endpoints on --admin and the public ones on --metrics
-// (each only when its address is set) and returns the function that stops them. An --admin
-// address that is not loopback is served, as asked, with a warning: it exposes /status and
-// /debug/pprof to that network.
-func startAdmin(f *runFlags, m *metrics.Metrics, state func() admin.State, log *slog.Logger) (func(), error) {
+// (each only when its address is set) and returns the function that stops them. With guard
+// (--admin-auth), --admin asks it about every request and speaks TLS with a self-signed
+// certificate made at start. An unguarded --admin that is not on loopback is served, as asked,
+// with a warning: it exposes /status and /debug/pprof to that network.
+func startAdmin(f *runFlags, m *metrics.Metrics, state func() admin.State, log *slog.Logger, guard func(http.Handler) (http.Handler, error)) (func(), error) {
 	var servers []*admin.Server
 	stop := func() {
 		for _, s := range servers {
@@ -77,13 +86,62 @@ func startAdmin(f *runFlags, m *metrics.Metrics, state func() admin.State, log *
 			return nil, fmt.Errorf("%s: %w", l.flag, err)
 		}
 		srv := l.srv(m, state)
+		protected := l.flag == "--admin" && guard != nil
+		if protected {
+			cert, err := selfSigned(ln.Addr())
+			if err == nil {
+				err = srv.Protect(guard, cert)
+			}
+			if err != nil {
+				ln.Close()
+				stop()
+				return nil, fmt.Errorf("--admin-auth: %w", err)
+			}
+		}
 		servers = append(servers, srv)
 		go srv.Serve(ln)
-		log.Info("admin listening", "flag", l.flag, "address", ln.Addr().String())
-		if ap, err := netip.ParseAddrPort(ln.Addr().String()); l.flag == "--admin" && err == nil && !ap.Addr().IsLoopback() {
+		log.Info("admin listening", "flag", l.flag, "address", ln.Addr().String(), "authenticated", protected)
+		if ap, err := netip.ParseAddrPort(ln.Addr().String()); l.flag == "--admin" && !protected && err == nil && !ap.Addr().IsLoopback() {
 			log.Warn("--admin is not on loopback: /status and /debug/pprof are open to that network; "+
-				"serve only --metrics there and keep --admin on 127.0.0.1", "address", ln.Addr().String())
+				"serve only --metrics there and keep --admin on 127.0.0.1, or add --admin-auth=kubernetes", "address", ln.Addr().String())
 		}
 	}
 	return stop, nil
+}
+
+// selfSigned is a certificate for the admin listener at addr, made at start: clients of an
+// authenticated admin listener pin nothing (curl -k with a bearer token); TLS is there so
+// that the token is not sent in clear.
+func selfSigned(addr net.Addr) (tls.Certificate, error) {
+	var ips []net.IP
+	if ta, ok := addr.(*net.TCPAddr); ok && !ta.IP.IsUnspecified() {
+		ips = append(ips, ta.IP)
+	}
+	host, _ := os.Hostname()
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(cmp.Or(host, "snigate"), ips, nil)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// adminAuthFlag registers --admin-auth (the commands that talk to an API server); the
+// returned func gives the guard for startAdmin once the REST config is known.
+func adminAuthFlag(fs *flag.FlagSet) func(rc *rest.Config) (func(http.Handler) (http.Handler, error), error) {
+	mode := fs.String("admin-auth", "none", "none, or kubernetes: every request to --admin needs a bearer token the API server accepts "+
+		"(TokenReview) for an identity allowed to get the path (SubjectAccessReview on the non-resource URL, e.g. ClusterRole "+
+		"snigate-admin-reader), over TLS; --admin may then listen on the Pod network")
+	return func(rc *rest.Config) (func(http.Handler) (http.Handler, error), error) {
+		switch *mode {
+		case "none":
+			return nil, nil
+		case "kubernetes":
+			cs, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				return nil, fmt.Errorf("--admin-auth: %w", err)
+			}
+			return admin.KubernetesGuard(cs), nil
+		}
+		return nil, fmt.Errorf("--admin-auth %q: want none or kubernetes", *mode)
+	}
 }

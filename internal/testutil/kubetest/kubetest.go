@@ -44,6 +44,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -213,6 +214,7 @@ var rbacFiles = []string{
 	"config/rbac/role.yaml",
 	"config/rbac/leader_election_role.yaml",
 	"config/rbac/dataplane.yaml",
+	"config/rbac/admin_reader.yaml",
 }
 
 // StartCluster starts an API server (StartAPIServer) and applies the install manifests'
@@ -248,6 +250,20 @@ func Impersonate(cfg *rest.Config, user string) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{UserName: user}
 	return c
+}
+
+// WriteKubeconfig writes kubeconfig to path with every user of it impersonating user (none
+// when user is ""): a binary under test then runs as that identity, with what RBAC grants it
+// (a ServiceAccount's "system:serviceaccount:<namespace>:<name>", ControllerUser).
+func WriteKubeconfig(kubeconfig []byte, user, path string) error {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return err
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = user
+	}
+	return clientcmd.WriteToFile(*cfg, path)
 }
 
 // As returns a config that impersonates user (ControllerUser, or a data plane's
