@@ -33,8 +33,9 @@ import (
 )
 
 // dataPlanes is what the kubelet stand-in adds in the provisioned run, where `snigate
-// controller --provision` creates a Deployment, a LoadBalancer Service and a ServiceAccount
-// per Gateway and the Gateway's traffic goes through the data plane those run:
+// controller --provision` creates a Deployment, a LoadBalancer Service, a ServiceAccount and
+// a NetworkPolicy per Gateway, and the Gateway's traffic goes through the data plane the
+// Deployment runs:
 //
 //   - Load balancer: every Service of type LoadBalancer gets an address of the pool in
 //     status.loadBalancer.ingress: its spec.loadBalancerIP when that is in the pool and
@@ -43,14 +44,14 @@ import (
 //     .2 up to .200 (so the suite's usable static address, .250, is never handed out).
 //   - Kubelet, for the data-plane image: the container runs as the snigate binary, with
 //     the Deployment's arguments plus what a Pod would have had from its node (a kubeconfig
-//     instead of the ServiceAccount token; the listen address). The process runs in the
+//     in place of the ServiceAccount token; its listen addresses). The process runs in the
 //     host's network namespace bound to its Service's load balancer address, like a
 //     hostNetwork Pod behind a load balancer that announces node addresses (k3s's
 //     ServiceLB): the address the suite dials is the one the process listens on, so no
-//     NAT is needed. The Pod is Ready when the data plane's /readyz answers 200.
+//     NAT is needed. The Pod is Ready when /readyz on the metrics port answers 200.
 //   - Garbage collector: Deployments, Services, ServiceAccounts and NetworkPolicies whose
-//     controlling owner is a Gateway that no longer exists are deleted (the API server alone has no
-//     garbage collector).
+//     controlling owner is a Gateway that no longer exists are deleted (the API server
+//     alone has no garbage collector).
 type dataPlanes struct {
 	image      string // the --dataplane-image the controller provisions
 	snigate    string // the binary run for it
