@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -113,35 +111,17 @@ func TestAdminAuthKubernetes(t *testing.T) {
 	}
 	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
 	metrics := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
-	log := filepath.Join(t.TempDir(), "snigate.log")
-	logf, err := os.Create(log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain := &http.Client{Timeout: 5 * time.Second}
 	cmd := exec.Command(snigateBin, "controller", "--kubeconfig", kubeconfig, "--leader-elect=false", "--proxy=false",
 		"--admin", admin, "--admin-auth", "kubernetes", "--metrics", metrics)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(log)
-			t.Logf("snigate log:\n%s", b)
-		}
-	})
-	plain := &http.Client{Timeout: 5 * time.Second}
-	kubetest.Eventually(t, clusterWait, "--metrics /readyz", func() error {
+	testutil.StartProcess(t, cmd, "snigate controller", func() error {
 		resp, err := plain.Get("http://" + metrics + "/readyz")
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz %d", resp.StatusCode)
+			return fmt.Errorf("--metrics /readyz %d", resp.StatusCode)
 		}
 		return nil
 	})

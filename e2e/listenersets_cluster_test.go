@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -101,37 +102,9 @@ spec:
   rules: [{backendRefs: [{name: db, port: 5432}]}]
 `, fixture.ServiceYAML("a", "app", 8080, 8080, appHost.IP.String()), fixture.TLSSecretYAML("a", "app-tls", appCert.Cert))
 	apply(t, cl, fixture.Docs(docs...))
-	startSnigate(t, "", "controller", "--kubeconfig", writeKubeconfig(t, env), "--leader-elect=false",
-		"--local-addresses", "127.0.4.0/24")
-
-	addr := listenerSetGatewayAddress(t, cl)
-	psql := func(tn string) dbCmdResult {
-		return dbPsql(t, pgs[tn].ConnString(addr, 5432), "select name from instance")
-	}
-	kubetest.Eventually(t, clusterWait, "every tenant's database on "+addr+":5432", func() error {
-		for _, tn := range tenants {
-			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
-				return fmt.Errorf("tenant %s: %v", tn, r)
-			}
-		}
-		return nil
-	})
-
 	// A session to a's database, held open through every change below.
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	held, err := pgxConnect(cctx, testutil.PgxConfig(t, pgs["a"].ConnString(addr, 5432), addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close(ctx)
-	stillHeld := func(t *testing.T) {
-		t.Helper()
-		var name string
-		if err := held.QueryRow(cctx, "select name from instance").Scan(&name); err != nil || name != pgs["a"].Name {
-			t.Errorf("the session held open to a's database: %q, %v", name, err)
-		}
-	}
+	s := startSharedTenants(t, env, cl, "127.0.4.0/24", tenants, pgs)
+	addr, cctx, stillHeld := s.addr, s.ctx, s.stillHeld
 
 	t.Run("each tenant's database by its own hostname, with the backend's own certificate", func(t *testing.T) {
 		for _, tn := range tenants {
@@ -192,11 +165,7 @@ spec:
 			}
 			return listenerEntryCondition(ctx, cl, "c", "late", "pg", "Conflicted", "True", "HostnameConflict")
 		})
-		for _, tn := range tenants {
-			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
-				t.Errorf("tenant %s after the bad sets: %v", tn, r)
-			}
-		}
+		s.served(t, "after the bad sets", tenants...)
 		stillHeld(t)
 	})
 
@@ -219,11 +188,7 @@ spec:
 			}
 			return nil
 		})
-		for _, tn := range []string{"a", "c"} {
-			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
-				t.Errorf("tenant %s after b left: %v", tn, r)
-			}
-		}
+		s.served(t, "after b left", "a", "c")
 		stillHeld(t)
 	})
 }
@@ -338,28 +303,8 @@ spec:
   rules: [{backendRefs: [{name: orders, port: 5432}]}]
 `, fixture.ServiceYAML("a", "app", 8080, 8080, appHost.IP.String()))
 	apply(t, cl, fixture.Docs(docs...))
-	startSnigate(t, "", "controller", "--kubeconfig", writeKubeconfig(t, env), "--leader-elect=false",
-		"--local-addresses", "127.0.5.0/24")
-
-	addr := listenerSetGatewayAddress(t, cl)
-	psql := func(tn string) dbCmdResult {
-		return dbPsql(t, pgs[tn].ConnString(addr, 5432), "select name from instance")
-	}
-	kubetest.Eventually(t, clusterWait, "every tenant's database on "+addr+":5432", func() error {
-		for _, tn := range tenants {
-			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
-				return fmt.Errorf("tenant %s: %v", tn, r)
-			}
-		}
-		return nil
-	})
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	held, err := pgxConnect(cctx, testutil.PgxConfig(t, pgs["a"].ConnString(addr, 5432), addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close(ctx)
+	s := startSharedTenants(t, env, cl, "127.0.5.0/24", tenants, pgs)
+	addr, cctx, stillHeld := s.addr, s.ctx, s.stillHeld
 
 	t.Run("each TenantGateway is a ListenerSet, Ready, with the shared address", func(t *testing.T) {
 		for _, tn := range tenants {
@@ -458,15 +403,8 @@ spec:
 			}
 			return nil
 		})
-		for _, tn := range tenants {
-			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
-				t.Errorf("tenant %s beside the refused newcomer: %v", tn, r)
-			}
-		}
-		var name string
-		if err := held.QueryRow(cctx, "select name from instance").Scan(&name); err != nil || name != pgs["a"].Name {
-			t.Errorf("the session held open to a's database: %q, %v", name, err)
-		}
+		s.served(t, "beside the refused newcomer", tenants...)
+		stillHeld(t)
 		// Room for it: the newcomer's set is taken.
 		capGateway(strconv.Itoa(total + 64))
 		kubetest.Eventually(t, clusterWait, "ListenerSet d/d accepted once the cap leaves room", func() error {
@@ -493,16 +431,71 @@ spec:
 			}
 			return nil
 		})
-		for _, tn := range []string{"a", "c"} {
-			if r := psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
-				t.Errorf("tenant %s after b left: %v", tn, r)
+		s.served(t, "after b left", "a", "c")
+		stillHeld(t)
+	})
+}
+
+// sharedTenants is a running `snigate controller` whose shared Gateway serves the tenants'
+// databases, with what the shared-Gateway tests check it with.
+type sharedTenants struct {
+	t    *testing.T
+	addr string          // the shared Gateway's address
+	ctx  context.Context // bounds the test's database work
+	pgs  map[string]*testutil.Postgres
+	held *pgx.Conn // a session to tenant a's database, held open through the test
+}
+
+// startSharedTenants starts `snigate controller` on env with local addresses from prefix,
+// waits until every tenant's database answers on the shared Gateway's address and port 5432,
+// and opens the held session to tenant a's.
+func startSharedTenants(t *testing.T, env *envtest.Environment, cl client.Client, prefix string, tenants []string, pgs map[string]*testutil.Postgres) *sharedTenants {
+	t.Helper()
+	startSnigate(t, "", "controller", "--kubeconfig", writeKubeconfig(t, env), "--leader-elect=false",
+		"--local-addresses", prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	s := &sharedTenants{t: t, addr: listenerSetGatewayAddress(t, cl), ctx: ctx, pgs: pgs}
+	kubetest.Eventually(t, clusterWait, "every tenant's database on "+s.addr+":5432", func() error {
+		for _, tn := range tenants {
+			if r := s.psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != pgs[tn].Name {
+				return fmt.Errorf("tenant %s: %v", tn, r)
 			}
 		}
-		var name string
-		if err := held.QueryRow(cctx, "select name from instance").Scan(&name); err != nil || name != pgs["a"].Name {
-			t.Errorf("the session held open to a's database: %q, %v", name, err)
-		}
+		return nil
 	})
+	held, err := pgxConnect(ctx, testutil.PgxConfig(t, pgs["a"].ConnString(s.addr, 5432), s.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close(context.Background()) })
+	s.held = held
+	return s
+}
+
+// psql asks tenant tn's database for its name through the shared Gateway.
+func (s *sharedTenants) psql(tn string) dbCmdResult {
+	return dbPsql(s.t, s.pgs[tn].ConnString(s.addr, 5432), "select name from instance")
+}
+
+// served checks that each tenant's database still answers through the shared Gateway;
+// when says when, for the message.
+func (s *sharedTenants) served(t *testing.T, when string, tenants ...string) {
+	t.Helper()
+	for _, tn := range tenants {
+		if r := s.psql(tn); r.err != nil || strings.TrimSpace(r.stdout) != s.pgs[tn].Name {
+			t.Errorf("tenant %s %s: %v", tn, when, r)
+		}
+	}
+}
+
+// stillHeld checks that the held session to a's database still works.
+func (s *sharedTenants) stillHeld(t *testing.T) {
+	t.Helper()
+	var name string
+	if err := s.held.QueryRow(s.ctx, "select name from instance").Scan(&name); err != nil || name != s.pgs["a"].Name {
+		t.Errorf("the session held open to a's database: %q, %v", name, err)
+	}
 }
 
 // startSharedGatewayCluster starts a real API server with the Gateway API and snigate CRDs

@@ -232,15 +232,9 @@ func mergeConditions(cur, want []metav1.Condition) []metav1.Condition {
 func mergeGatewayStatus(cur, want *gwv1.GatewayStatus) *gwv1.GatewayStatus {
 	next := want.DeepCopy()
 	next.Conditions = mergeConditions(cur.Conditions, want.Conditions)
-	for i := range next.Listeners {
-		l := &next.Listeners[i]
-		for _, old := range cur.Listeners {
-			if old.Name == l.Name {
-				l.Conditions = mergeConditions(old.Conditions, l.Conditions)
-				break
-			}
-		}
-	}
+	mergeListeners(cur.Listeners, next.Listeners, func(l *gwv1.ListenerStatus) (gwv1.SectionName, *[]metav1.Condition) {
+		return l.Name, &l.Conditions
+	})
 	return next
 }
 
@@ -249,16 +243,24 @@ func mergeGatewayStatus(cur, want *gwv1.GatewayStatus) *gwv1.GatewayStatus {
 func mergeListenerSetStatus(cur, want *gwv1.ListenerSetStatus) *gwv1.ListenerSetStatus {
 	next := want.DeepCopy()
 	next.Conditions = mergeConditions(cur.Conditions, want.Conditions)
-	for i := range next.Listeners {
-		l := &next.Listeners[i]
-		for _, old := range cur.Listeners {
-			if old.Name == l.Name {
-				l.Conditions = mergeConditions(old.Conditions, l.Conditions)
+	mergeListeners(cur.Listeners, next.Listeners, func(l *gwv1.ListenerEntryStatus) (gwv1.SectionName, *[]metav1.Condition) {
+		return l.Name, &l.Conditions
+	})
+	return next
+}
+
+// mergeListeners merges each listener's conditions of next with those of the listener of
+// the same name in cur (Gateways and ListenerSets list their listeners in two types).
+func mergeListeners[L any](cur, next []L, of func(*L) (gwv1.SectionName, *[]metav1.Condition)) {
+	for i := range next {
+		name, conds := of(&next[i])
+		for j := range cur {
+			if oldName, old := of(&cur[j]); oldName == name {
+				*conds = mergeConditions(*old, *conds)
 				break
 			}
 		}
 	}
-	return next
 }
 
 // mergeRouteStatus keeps the parents of other controllers in their order and replaces ours
