@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-test-deps.sh — install the real servers and clients that snigate's end-to-end tests
 # start as private instances (internal/testutil): PostgreSQL, Redis, MariaDB, and the other
-# proxies we compare against; and promtool (package prometheus) for the alert rules' test.
+# proxies we compare against; promtool (package prometheus) for the alert rules' test; and
+# Chromium (headless) for the admin status page's browser test.
 # Debian 12 (bookworm), run as root; safe to run again.
 #
 # The packages' own services are never left running: the tests start their own instances on
@@ -17,6 +18,7 @@ PACKAGES=(
 	openssl curl iproute2
 	haproxy nginx libnginx-mod-stream sniproxy
 	prometheus
+	chromium fonts-dejavu-core
 )
 SERVICES=(postgresql redis-server mariadb mysql haproxy nginx sniproxy prometheus)
 

@@ -1,9 +1,10 @@
 // Package admin serves snigate's operator endpoints on listeners of their own: /metrics
 // (Prometheus), /healthz (the process is alive), /readyz (a configuration is being served),
-// /status (the current status of every object and the routing table, as JSON) and
-// /debug/pprof. New serves all of them, for loopback (--admin, 127.0.0.1:9901 by default);
-// NewPublic only the first three, for a Pod network (--metrics), because /status names every
-// tenant's hostnames and backends and pprof lets anyone profile the proxy.
+// / (the status page, for a person in a browser: page.go), /status (the current status of
+// every object and the routing table, as JSON) and /debug/pprof. New serves all of them, for
+// loopback (--admin, 127.0.0.1:9901 by default); NewPublic only the first three, for a Pod
+// network (--metrics), because the page and /status name every tenant's hostnames and
+// backends and pprof lets anyone profile the proxy.
 //
 //	srv := admin.New(m, stateFunc) // or admin.NewPublic
 //	go srv.Serve(ln)
@@ -18,27 +19,35 @@ import (
 	"time"
 
 	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/render"
+	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/translate"
+	"github.com/snigate/snigate/internal/trustanchor"
 )
 
-// State is what /status returns and /readyz looks at.
+// State is what /status returns, /readyz looks at and the status page (/) shows.
 type State struct {
 	// Ready is true once a configuration has been applied.
 	Ready bool `json:"ready"`
 	// Generation is the generation of the serving snapshot.
 	Generation uint64 `json:"generation"`
+	// LastApplied is when the serving configuration was applied.
+	LastApplied time.Time `json:"lastApplied,omitzero"`
 	// LastError is the error of the latest rejected configuration load, if it came after the
-	// last applied one.
-	LastError string `json:"lastError,omitempty"`
+	// last applied one; LastRejected is when it came.
+	LastError    string    `json:"lastError,omitempty"`
+	LastRejected time.Time `json:"lastRejected,omitzero"`
 	// Status and Table are the translate stage's status and the snapshot description.
-	Status any `json:"status,omitempty"`
-	Table  any `json:"table,omitempty"`
-	// Tenants is the status of every TenantGateway rendered in memory (standalone mode).
-	Tenants any `json:"tenants,omitempty"`
-	// DatabaseExposures is the status of every DatabaseExposure rendered in memory
-	// (standalone mode), certificate probes included.
-	DatabaseExposures any `json:"databaseExposures,omitempty"`
-	// TrustAnchors is the status of every TrustAnchor (standalone mode).
-	TrustAnchors any `json:"trustAnchors,omitempty"`
+	Status *translate.Status     `json:"status,omitempty"`
+	Table  *snapshot.Description `json:"table,omitempty"`
+	// Tenants is the status of every TenantGateway: as rendered in memory (standalone
+	// mode), or as the cluster holds it.
+	Tenants []render.Tenant `json:"tenants,omitempty"`
+	// DatabaseExposures is the status of every DatabaseExposure, certificate probes
+	// included (rendered in memory, or as the cluster holds it).
+	DatabaseExposures []render.Exposure `json:"databaseExposures,omitempty"`
+	// TrustAnchors is the status of every TrustAnchor.
+	TrustAnchors []trustanchor.Anchor `json:"trustAnchors,omitempty"`
 }
 
 // Server is the admin HTTP server.
@@ -46,8 +55,8 @@ type Server struct {
 	http *http.Server
 }
 
-// New builds the full admin server: the public endpoints (NewPublic) plus /status and
-// /debug/pprof. Those two tell every hostname and backend of every tenant and let anyone
+// New builds the full admin server: the public endpoints (NewPublic) plus the status page,
+// /status and /debug/pprof. Those tell every hostname and backend of every tenant and let anyone
 // profile the proxy, so serve it on loopback only (the default; in a Pod, `kubectl
 // port-forward` reaches it, under Kubernetes' own authorization). state is called on every
 // /status and /readyz request.
@@ -57,6 +66,7 @@ func New(m *metrics.Metrics, state func() State) *Server {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /{$}", servePage(m, state))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -25,6 +25,9 @@ type Metrics struct {
 	Rejected *prometheus.CounterVec
 	// Active is the number of open connections per bind address.
 	Active *prometheus.GaugeVec
+	// RouteActive is the number of open connections a TLS or TCP route carries (from the
+	// moment a backend was picked for it until it ends), by route.
+	RouteActive *prometheus.GaugeVec
 	// Bytes counts proxied bytes by route and direction (client_to_backend, backend_to_client).
 	Bytes *prometheus.CounterVec
 	// HelloSeconds is how long the ClientHello (and any PostgreSQL preamble) took to arrive.
@@ -65,6 +68,10 @@ func New() *Metrics {
 			Name: "snigate_active_connections",
 			Help: "Open connections per bind address.",
 		}, []string{"address"}),
+		RouteActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "snigate_route_active_connections",
+			Help: "Open connections per TLS or TCP route, from the pick of a backend until they end.",
+		}, []string{"route"}),
 		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snigate_bytes_total",
 			Help: "Proxied bytes by route and direction.",
@@ -105,7 +112,7 @@ func New() *Metrics {
 			Help: "Unix time the certificate a DatabaseExposure's backend serves expires (notAfter), as the certificate probe last read it.",
 		}, []string{"namespace", "name"}),
 	}
-	r.MustRegister(m.Connections, m.Rejected, m.Active, m.Bytes, m.HelloSeconds, m.DialSeconds,
+	r.MustRegister(m.Connections, m.Rejected, m.Active, m.RouteActive, m.Bytes, m.HelloSeconds, m.DialSeconds,
 		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

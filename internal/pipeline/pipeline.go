@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
@@ -145,8 +146,7 @@ func (r *Runner) State() admin.State {
 func (r *Runner) Status() *translate.Status {
 	r.stateMu.Lock()
 	defer r.stateMu.Unlock()
-	st, _ := r.state.Status.(*translate.Status)
-	return st
+	return r.state.Status
 }
 
 // Generation is the generation of the serving snapshot (0 before the first Run applied).
@@ -196,7 +196,7 @@ func (r *Runner) Reject(err error) error {
 func (r *Runner) rejected(err error) error {
 	r.cfg.Metrics.Reloads.WithLabelValues("rejected").Inc()
 	r.stateMu.Lock()
-	r.state.LastError = err.Error()
+	r.state.LastError, r.state.LastRejected = err.Error(), time.Now()
 	ready, gen := r.state.Ready, r.state.Generation
 	r.stateMu.Unlock()
 	// Before the first configuration the caller reports the error (serve exits with it).
@@ -263,21 +263,41 @@ func (r *Runner) run(res *resources.Resources) error {
 	r.cfg.Metrics.Generation.Set(float64(r.generation))
 	r.cfg.Metrics.Routes.Set(float64(routes))
 	r.stateMu.Lock()
-	r.state = admin.State{Ready: true, Generation: r.generation, Status: out.Status}
-	if rendered != nil && len(rendered.Tenants) > 0 {
-		r.state.Tenants = rendered.Tenants
-	}
-	if rendered != nil && len(rendered.Exposures) > 0 {
-		r.state.DatabaseExposures = rendered.Exposures
-	}
-	if anchors != nil && len(anchors.Anchors) > 0 {
-		r.state.TrustAnchors = anchors.Anchors
-	}
+	r.state = admin.State{Ready: true, Generation: r.generation, LastApplied: time.Now(), Status: out.Status}
+	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(res, rendered, anchors)
 	r.snap, r.table = snap, nil
 	r.stateMu.Unlock()
 	r.log.Info("configuration applied", "generation", r.generation, "ports", len(snap.Ports),
 		"routeHostnames", routes)
 	return nil
+}
+
+// tenantStatus is the status of every TenantGateway, DatabaseExposure and TrustAnchor for
+// State: what this run rendered (standalone mode), or, where the runner renders nothing (a
+// cluster, whose tenant controller renders and writes status), the status the objects of
+// res carry.
+func tenantStatus(res *resources.Resources, rendered *render.Result, anchors *trustanchor.Result) ([]render.Tenant, []render.Exposure, []trustanchor.Anchor) {
+	var ts []render.Tenant
+	var xs []render.Exposure
+	var as []trustanchor.Anchor
+	if rendered != nil {
+		ts, xs = rendered.Tenants, rendered.Exposures
+	} else {
+		for _, t := range res.TenantGateways {
+			ts = append(ts, render.Tenant{Namespace: t.Namespace, Name: t.Name, Status: t.Status})
+		}
+		for _, x := range res.DatabaseExposures {
+			xs = append(xs, render.Exposure{Namespace: x.Namespace, Name: x.Name, Status: x.Status})
+		}
+	}
+	if anchors != nil {
+		as = anchors.Anchors
+	} else {
+		for _, a := range res.TrustAnchors {
+			as = append(as, trustanchor.Anchor{Namespace: a.Namespace, Name: a.Name, Status: a.Status})
+		}
+	}
+	return ts, xs, as
 }
 
 // inUse is, per TrustAnchor, what its exposures' backends served at their last probe.

@@ -7,8 +7,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
 
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
@@ -115,7 +119,8 @@ func TestRunAppliesAndCounts(t *testing.T) {
 		t.Error("the table was described before anyone asked")
 	}
 	st := r.State()
-	if !st.Ready || st.Generation != 1 || st.Status == nil || st.Table == nil || st.LastError != "" {
+	if !st.Ready || st.Generation != 1 || st.Status == nil || st.Table == nil || st.LastError != "" ||
+		time.Since(st.LastApplied) > time.Minute {
 		t.Errorf("state after the first run: %+v", st)
 	}
 	if err := r.Run(decode(t, twoGateways)); err != nil {
@@ -148,8 +153,8 @@ func TestRunKeepsTheLastGoodConfiguration(t *testing.T) {
 		t.Errorf("a rejected input was applied (%d) or published (%d)", len(rec.applied), len(rec.published))
 	}
 	st := r.State()
-	if !st.Ready || st.Generation != 1 || !strings.Contains(st.LastError, "port 0") {
-		t.Errorf("state after a rejected run: generation %d, error %q", st.Generation, st.LastError)
+	if !st.Ready || st.Generation != 1 || !strings.Contains(st.LastError, "port 0") || st.LastRejected.Before(st.LastApplied) {
+		t.Errorf("state after a rejected run: generation %d, error %q at %v (applied %v)", st.Generation, st.LastError, st.LastRejected, st.LastApplied)
 	}
 	if n := testutil.ToFloat64(m.Reloads.WithLabelValues("rejected")); n != 1 {
 		t.Errorf(`snigate_config_loads_total{result="rejected"} %v, want 1`, n)
@@ -198,5 +203,29 @@ func TestRunOneGateway(t *testing.T) {
 		if _, err := New(Config{Gateway: bad}); err == nil {
 			t.Errorf("Gateway %q accepted", bad)
 		}
+	}
+}
+
+// Where the runner renders nothing (a cluster: the tenant controller renders and writes
+// status), State shows the TenantGateways', DatabaseExposures' and TrustAnchors' status as
+// the input carries it.
+func TestStateShowsTenantObjectsAsStored(t *testing.T) {
+	r, _ := newRunner(t, &recorder{}, "")
+	res := decode(t, twoGateways)
+	ready := []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"}}
+	res.TenantGateways = []*v1alpha1.TenantGateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "tg"},
+		Status: v1alpha1.TenantGatewayStatus{Conditions: ready}}}
+	res.DatabaseExposures = []*v1alpha1.DatabaseExposure{{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "pg"},
+		Status: v1alpha1.DatabaseExposureStatus{Hostnames: []string{"pg.t.example.test"}}}}
+	res.TrustAnchors = []*v1alpha1.TrustAnchor{{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "ca"},
+		Status: v1alpha1.TrustAnchorStatus{Conditions: ready}}}
+	if err := r.Run(res); err != nil {
+		t.Fatal(err)
+	}
+	st := r.State()
+	if len(st.Tenants) != 1 || st.Tenants[0].Name != "tg" || len(st.Tenants[0].Status.Conditions) != 1 ||
+		len(st.DatabaseExposures) != 1 || st.DatabaseExposures[0].Status.Hostnames[0] != "pg.t.example.test" ||
+		len(st.TrustAnchors) != 1 || st.TrustAnchors[0].Status.Conditions[0].Reason != "Ready" {
+		t.Errorf("state: tenants %+v, exposures %+v, anchors %+v", st.Tenants, st.DatabaseExposures, st.TrustAnchors)
 	}
 }

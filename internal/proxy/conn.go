@@ -58,6 +58,9 @@ type conn struct {
 	endpointAddr netip.AddrPort
 	in, out      int64 // client→backend, backend→client
 	lastActive   atomic.Int64
+	// routeActive is the route's child of snigate_route_active_connections while the
+	// connection counts there (enterRoute); unregister takes it off.
+	routeActive prometheus.Gauge
 
 	// async is set once the relay owns the connection: its callback ends it, and handle's
 	// goroutine (with the deep stack it grew while routing and dialing) exits instead of
@@ -80,6 +83,9 @@ func (c *conn) unregister() {
 		f()
 	}
 	c.pl.activeGauge.Dec()
+	if c.routeActive != nil {
+		c.routeActive.Dec()
+	}
 	p := c.p
 	p.connMu.Lock()
 	delete(p.connSet, c)
@@ -310,6 +316,7 @@ func (c *conn) connectBackend(r *snapshot.Route, one func(netip.AddrPort) error)
 		return reasonNoBackend
 	}
 	c.backendName = b.Name
+	c.enterRoute()
 	if err := c.dial(b, one); err != nil {
 		c.p.log.Warn("backend unreachable", "route", r.Name, "backend", b.Name, "error", err)
 		return reasonDialFailed
@@ -555,6 +562,34 @@ func (c *conn) endHalf(dst interface{ CloseWrite() error }, count *int64) func(i
 			dst.CloseWrite()
 		}
 	}
+}
+
+// enterRoute counts the connection among its route's open ones (the status page's live
+// count, snigate_route_active_connections) until unregister; once, however many times the
+// connection is routed (the relay's router, then the goroutine it released the socket to).
+func (c *conn) enterRoute() {
+	if c.routeActive != nil {
+		return
+	}
+	g := c.p.routeGauge(c.route)
+	g.Inc()
+	c.routeActive = g
+}
+
+// routeGauge returns route's child of snigate_route_active_connections, resolved once per
+// route (as endCounters, to keep the label hashing off the per-connection path).
+func (p *Proxy) routeGauge(route string) prometheus.Gauge {
+	p.endMu.RLock()
+	g := p.routeGauges[route]
+	p.endMu.RUnlock()
+	if g != nil {
+		return g
+	}
+	g = p.m.RouteActive.WithLabelValues(route)
+	p.endMu.Lock()
+	p.routeGauges[route] = g
+	p.endMu.Unlock()
+	return g
 }
 
 // endKey is the label set of a finished connection's counters.

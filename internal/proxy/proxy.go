@@ -140,6 +140,8 @@ type Proxy struct {
 	// ends caches the counters of finished connections by label set (endCounters).
 	endMu sync.RWMutex
 	ends  map[endKey]*endCounters
+	// routeGauges caches each route's child of snigate_route_active_connections.
+	routeGauges map[string]prometheus.Gauge
 
 	conns sync.WaitGroup
 	// serving counts the accept loops (serve): Shutdown waits for them to return before it
@@ -156,12 +158,13 @@ type Proxy struct {
 func New(opts Options) *Proxy {
 	opts.setDefaults()
 	p := &Proxy{
-		opts:      opts,
-		log:       opts.Logger,
-		m:         opts.Metrics,
-		listeners: map[string]*portListener{},
-		connSet:   map[*conn]struct{}{},
-		ends:      map[endKey]*endCounters{},
+		opts:        opts,
+		log:         opts.Logger,
+		m:           opts.Metrics,
+		listeners:   map[string]*portListener{},
+		connSet:     map[*conn]struct{}{},
+		ends:        map[endKey]*endCounters{},
+		routeGauges: map[string]prometheus.Gauge{},
 	}
 	p.health.init(opts.EjectAfter, opts.EjectFor)
 	p.dialOK = p.m.DialSeconds.WithLabelValues("ok")

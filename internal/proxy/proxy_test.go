@@ -8,12 +8,15 @@ import (
 	"crypto/tls"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
@@ -370,4 +373,63 @@ func serveTerminate(t *testing.T, p *Proxy, plain netip.AddrPort) (string, tls.C
 		t.Fatal(err)
 	}
 	return addr, lc
+}
+
+// snigate_route_active_connections counts each route's open connections (the status
+// page's live count) on every path: passthrough on the relay, terminate on a goroutine, a
+// TCP listener; and falls back to zero when they close.
+func TestRouteActiveConnections(t *testing.T) {
+	ca := selfSigned(t, "a.test")
+	ea, plain := backend(t, "A", &ca), backend(t, "P", nil)
+	p := newProxy(t)
+	addr, termAddr, tcpAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	term := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
+		TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{selfSigned(t, "t.test")}}}
+	term.Routes.Add("t.test", route("t", plain))
+	tcp := &snapshot.Port{Address: tcpAddr, Protocol: snapshot.ProtocolTCP, TCP: &snapshot.Listener{Name: "gw/tcp", Route: route("raw", plain)}}
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{
+		tlsPort(addr, map[string]*snapshot.Listener{"": passthrough("gw/l", map[string]*snapshot.Route{"a.test": route("a", ea)})}),
+		tlsPort(termAddr, map[string]*snapshot.Listener{"t.test": term}),
+		tcp,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	active := func() map[string]float64 {
+		got := map[string]float64{}
+		for _, r := range []string{"a", "raw", "t"} {
+			got[r] = promtestutil.ToFloat64(p.m.RouteActive.WithLabelValues(r))
+		}
+		return got
+	}
+	var open []net.Conn
+	for range 2 {
+		c, got, err := dialTLS(t, addr, "a.test")
+		if err != nil || got != "A" {
+			t.Fatalf("a.test: %q, %v", got, err)
+		}
+		open = append(open, c)
+	}
+	c, got, err := dialTLS(t, termAddr, "t.test")
+	if err != nil || got != "P" {
+		t.Fatalf("t.test: %q, %v", got, err)
+	}
+	open = append(open, c)
+	rc := dial(t, tcpAddr)
+	if line, err := bufio.NewReader(rc).ReadString('\n'); err != nil || line != "P\n" {
+		t.Fatalf("tcp: %q, %v", line, err)
+	}
+	open = append(open, rc)
+	if got, want := active(), map[string]float64{"a": 2, "raw": 1, "t": 1}; !maps.Equal(got, want) {
+		t.Fatalf("open: %v, want %v", got, want)
+	}
+	for _, c := range open {
+		c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for got := active(); !maps.Equal(got, map[string]float64{"a": 0, "raw": 0, "t": 0}); got = active() {
+		if time.Now().After(deadline) {
+			t.Fatalf("closed: %v, want every route at 0", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

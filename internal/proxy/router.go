@@ -69,6 +69,7 @@ func (c *conn) connectVerdict(l *snapshot.Listener, r *snapshot.Route, expectTLS
 		return v, false
 	}
 	c.listener, c.route, c.backendName = l.Name, r.Name, b.Name
+	c.enterRoute()
 	c.plan = newDialPlan(b)
 	ep, _ := c.plan.next(&c.p.health)
 	return relay.Verdict{
