@@ -8,6 +8,7 @@ package metrics
 
 import (
 	"net/http"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -48,6 +49,50 @@ type Metrics struct {
 	// BackendCertificateExpiry is the notAfter of the certificate each DatabaseExposure's
 	// backend served to the certificate probe, by exposure namespace and name.
 	BackendCertificateExpiry *prometheus.GaugeVec
+	// Conditions are the status conditions of every TenantGateway, DatabaseExposure and
+	// TrustAnchor (snigate_object_condition), replaced as a whole on every configuration.
+	Conditions *Conditions
+}
+
+// Condition is one status condition of one object.
+type Condition struct {
+	Kind, Namespace, Name, Type string
+	True                        bool
+}
+
+// Conditions exports a list of conditions that Set replaces at once, so a scrape sees one
+// configuration's list whole (a GaugeVec reset and refilled could be scraped half full, and
+// would keep the series of objects that are gone until the reset).
+type Conditions struct {
+	desc *prometheus.Desc
+	list atomic.Pointer[[]Condition]
+}
+
+func newConditions() *Conditions {
+	return &Conditions{desc: prometheus.NewDesc("snigate_object_condition",
+		"Status conditions of the TenantGateways, DatabaseExposures and TrustAnchors: 1 when True, 0 when False or Unknown (the reason is in their status and on the status page).",
+		[]string{"kind", "namespace", "name", "type"}, nil)}
+}
+
+// Set replaces the exported list; list must not change afterwards.
+func (c *Conditions) Set(list []Condition) { c.list.Store(&list) }
+
+// Describe implements prometheus.Collector.
+func (c *Conditions) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *Conditions) Collect(ch chan<- prometheus.Metric) {
+	list := c.list.Load()
+	if list == nil {
+		return
+	}
+	for _, x := range *list {
+		v := 0.0
+		if x.True {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, x.Kind, x.Namespace, x.Name, x.Type)
+	}
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, in a
@@ -111,9 +156,10 @@ func New() *Metrics {
 			Name: "snigate_backend_certificate_expiry_timestamp_seconds",
 			Help: "Unix time the certificate a DatabaseExposure's backend serves expires (notAfter), as the certificate probe last read it.",
 		}, []string{"namespace", "name"}),
+		Conditions: newConditions(),
 	}
 	r.MustRegister(m.Connections, m.Rejected, m.Active, m.RouteActive, m.Bytes, m.HelloSeconds, m.DialSeconds,
-		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry,
+		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry, m.Conditions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -49,6 +49,7 @@ import (
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/translate"
 	"github.com/snigate/snigate/internal/trustanchor"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -265,6 +266,7 @@ func (r *Runner) run(res *resources.Resources) error {
 	r.stateMu.Lock()
 	r.state = admin.State{Ready: true, Generation: r.generation, LastApplied: time.Now(), Status: out.Status}
 	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(res, rendered, anchors)
+	r.cfg.Metrics.Conditions.Set(conditions(r.state))
 	r.snap, r.table = snap, nil
 	r.stateMu.Unlock()
 	r.log.Info("configuration applied", "generation", r.generation, "ports", len(snap.Ports),
@@ -298,6 +300,27 @@ func tenantStatus(res *resources.Resources, rendered *render.Result, anchors *tr
 		}
 	}
 	return ts, xs, as
+}
+
+// conditions lists the conditions of st's TenantGateways, DatabaseExposures and
+// TrustAnchors for snigate_object_condition.
+func conditions(st admin.State) []metrics.Condition {
+	var out []metrics.Condition
+	add := func(kind, ns, name string, cs []metav1.Condition) {
+		for _, c := range cs {
+			out = append(out, metrics.Condition{Kind: kind, Namespace: ns, Name: name, Type: c.Type, True: c.Status == metav1.ConditionTrue})
+		}
+	}
+	for _, t := range st.Tenants {
+		add("TenantGateway", t.Namespace, t.Name, t.Status.Conditions)
+	}
+	for _, x := range st.DatabaseExposures {
+		add("DatabaseExposure", x.Namespace, x.Name, x.Status.Conditions)
+	}
+	for _, a := range st.TrustAnchors {
+		add("TrustAnchor", a.Namespace, a.Name, a.Status.Conditions)
+	}
+	return out
 }
 
 // inUse is, per TrustAnchor, what its exposures' backends served at their last probe.

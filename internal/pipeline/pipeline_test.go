@@ -210,7 +210,7 @@ func TestRunOneGateway(t *testing.T) {
 // status), State shows the TenantGateways', DatabaseExposures' and TrustAnchors' status as
 // the input carries it.
 func TestStateShowsTenantObjectsAsStored(t *testing.T) {
-	r, _ := newRunner(t, &recorder{}, "")
+	r, m := newRunner(t, &recorder{}, "")
 	res := decode(t, twoGateways)
 	ready := []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"}}
 	res.TenantGateways = []*v1alpha1.TenantGateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "tg"},
@@ -227,5 +227,25 @@ func TestStateShowsTenantObjectsAsStored(t *testing.T) {
 		len(st.DatabaseExposures) != 1 || st.DatabaseExposures[0].Status.Hostnames[0] != "pg.t.example.test" ||
 		len(st.TrustAnchors) != 1 || st.TrustAnchors[0].Status.Conditions[0].Reason != "Ready" {
 		t.Errorf("state: tenants %+v, exposures %+v, anchors %+v", st.Tenants, st.DatabaseExposures, st.TrustAnchors)
+	}
+	// snigate_object_condition exports the same conditions, and forgets an object gone.
+	want := `# HELP snigate_object_condition Status conditions of the TenantGateways, DatabaseExposures and TrustAnchors: 1 when True, 0 when False or Unknown (the reason is in their status and on the status page).
+# TYPE snigate_object_condition gauge
+snigate_object_condition{kind="TenantGateway",name="tg",namespace="t",type="Ready"} 1
+snigate_object_condition{kind="TrustAnchor",name="ca",namespace="t",type="Ready"} 1
+`
+	if err := testutil.CollectAndCompare(m.Conditions, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	res.TenantGateways[0] = res.TenantGateways[0].DeepCopy()
+	res.TenantGateways[0].Status.Conditions[0].Status = metav1.ConditionFalse
+	res.TrustAnchors = nil
+	if err := r.Run(res); err != nil {
+		t.Fatal(err)
+	}
+	want = strings.Join(strings.Split(want, "\n")[:2], "\n") + "\n" +
+		`snigate_object_condition{kind="TenantGateway",name="tg",namespace="t",type="Ready"} 0` + "\n"
+	if err := testutil.CollectAndCompare(m.Conditions, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
