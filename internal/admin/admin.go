@@ -31,6 +31,10 @@ type State struct {
 	Ready bool `json:"ready"`
 	// Generation is the generation of the serving snapshot.
 	Generation uint64 `json:"generation"`
+	// NoTraffic is true when this process carries no connections itself (a controller with
+	// --proxy=false, whose provisioned data planes serve the table): its open connection
+	// counts are not the gateway's.
+	NoTraffic bool `json:"noTraffic,omitempty"`
 	// LastApplied is when the serving configuration was applied.
 	LastApplied time.Time `json:"lastApplied,omitzero"`
 	// LastError is the error of the latest rejected configuration load, if it came after the

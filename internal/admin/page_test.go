@@ -164,3 +164,17 @@ func TestPageServed(t *testing.T) {
 		t.Errorf("GET / on the public server: %v %v, want 404", resp.StatusCode, err)
 	}
 }
+
+// A controller whose data planes carry the traffic says so, instead of showing its own
+// (empty) connection counts as the gateway's.
+func TestPageNoTraffic(t *testing.T) {
+	st := pageState(1, time.Now())
+	st.NoTraffic = true
+	var b strings.Builder
+	if err := pageTemplate.Execute(&b, buildPage(st, samples{}, "", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `id="no-traffic"`) || strings.Contains(b.String(), "<span>open connections <b>") {
+		t.Error("a process with no traffic of its own is shown as serving")
+	}
+}

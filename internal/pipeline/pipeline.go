@@ -264,7 +264,7 @@ func (r *Runner) run(res *resources.Resources) error {
 	r.cfg.Metrics.Generation.Set(float64(r.generation))
 	r.cfg.Metrics.Routes.Set(float64(routes))
 	r.stateMu.Lock()
-	r.state = admin.State{Ready: true, Generation: r.generation, LastApplied: time.Now(), Status: out.Status}
+	r.state = admin.State{Ready: true, Generation: r.generation, NoTraffic: r.cfg.Apply == nil, LastApplied: time.Now(), Status: out.Status}
 	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(res, rendered, anchors)
 	r.cfg.Metrics.Conditions.Set(conditions(r.state))
 	r.snap, r.table = snap, nil
