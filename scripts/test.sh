@@ -6,7 +6,7 @@
 # Needs the packages of scripts/install-test-deps.sh (run it once as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-unformatted=$(gofmt -l cmd internal e2e bench conformance hack charts 2>/dev/null || true)
+unformatted=$(gofmt -l cmd internal e2e bench conformance hack charts config 2>/dev/null || true)
 if [ -n "$unformatted" ]; then
   echo "gofmt needed on:"; echo "$unformatted"; exit 1
 fi
