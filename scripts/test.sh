@@ -29,6 +29,8 @@ fuzz FuzzDecodeTLSRoute ./internal/source/file/
 fuzz FuzzGuard ./internal/trustanchor/
 fuzz FuzzLooksLikeTLS ./internal/probe/
 fuzz FuzzParseGreeting ./internal/probe/
+fuzz FuzzParse ./internal/proxyproto/
+fuzz FuzzDecideProxyHeader ./internal/proxy/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 # (conformance runs on its own below: it needs its gate and a machine-wide lock.)
 go test -race -count=1 -timeout 20m $(go list ./... | grep -v '/conformance$')

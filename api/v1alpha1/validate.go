@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -259,6 +260,120 @@ func (a *TrustAnchor) Validate() field.ErrorList {
 		if r.Name == "" {
 			errs = append(errs, field.Required(p.Child("readers").Index(i).Child("name"), ""))
 		}
+	}
+	return errs
+}
+
+// Default applies the CRD's defaults (BackendPolicy has none).
+func (b *BackendPolicy) Default() {}
+
+// Validate checks a BackendPolicy against the CRD's rules.
+func (b *BackendPolicy) Validate() field.ErrorList {
+	p := field.NewPath("spec")
+	errs := targetRefs(p.Child("targetRefs"), len(b.Spec.TargetRefs), func(i int) (string, string, string, string) {
+		r := b.Spec.TargetRefs[i]
+		return string(r.Group), string(r.Kind), string(r.Name), ""
+	}, "", "Service", `targetRefs must name Services (group "", kind Service)`)
+	if pp := b.Spec.ProxyProtocol; pp != nil {
+		pq := p.Child("proxyProtocol")
+		switch pp.Version {
+		case ProxyProtocolV1, ProxyProtocolV2:
+		default:
+			errs = append(errs, field.NotSupported(pq.Child("version"), pp.Version, []string{"v1", "v2"}))
+		}
+		if len(pp.TLVs) > 2 {
+			errs = append(errs, field.TooMany(pq.Child("tlvs"), len(pp.TLVs), 2))
+		}
+		seen := map[ProxyProtocolTLV]bool{}
+		for i, tlv := range pp.TLVs {
+			switch tlv {
+			case TLVAuthority, TLVALPN:
+			default:
+				errs = append(errs, field.NotSupported(pq.Child("tlvs").Index(i), tlv, []string{"authority", "alpn"}))
+			}
+			if seen[tlv] {
+				errs = append(errs, field.Duplicate(pq.Child("tlvs").Index(i), tlv))
+			}
+			seen[tlv] = true
+		}
+		if len(pp.TLVs) > 0 && pp.Version != ProxyProtocolV2 {
+			errs = append(errs, field.Invalid(pq, pp.Version, "tlvs need version v2"))
+		}
+	}
+	return errs
+}
+
+// Default applies the CRD's defaults (ListenerPolicy has none).
+func (l *ListenerPolicy) Default() {}
+
+// Validate checks a ListenerPolicy against the CRD's rules.
+func (l *ListenerPolicy) Validate() field.ErrorList {
+	p := field.NewPath("spec")
+	errs := targetRefs(p.Child("targetRefs"), len(l.Spec.TargetRefs), func(i int) (string, string, string, string) {
+		r := l.Spec.TargetRefs[i]
+		section := ""
+		if r.SectionName != nil {
+			section = string(*r.SectionName)
+		}
+		return string(r.Group), string(r.Kind), string(r.Name), section
+	}, "gateway.networking.k8s.io", "Gateway", "targetRefs must name Gateways (group gateway.networking.k8s.io, kind Gateway)")
+	if pp := l.Spec.ProxyProtocol; pp != nil {
+		rp := p.Child("proxyProtocol", "trustedRanges")
+		switch n := len(pp.TrustedRanges); {
+		case n == 0:
+			errs = append(errs, field.Required(rp, "the load balancers' addresses"))
+		case n > 64:
+			errs = append(errs, field.TooMany(rp, n, 64))
+		}
+		seen := map[string]bool{}
+		cidr := true
+		for i, r := range pp.TrustedRanges {
+			if len(r) > 43 {
+				errs = append(errs, field.TooLong(rp.Index(i), r, 43))
+			}
+			if seen[r] {
+				errs = append(errs, field.Duplicate(rp.Index(i), r))
+			}
+			seen[r] = true
+			if _, err := netip.ParsePrefix(r); err != nil {
+				cidr = false
+			}
+		}
+		if !cidr {
+			errs = append(errs, field.Invalid(rp, pp.TrustedRanges, "trustedRanges must be CIDRs"))
+		}
+	}
+	return errs
+}
+
+// sectionNameRE is Gateway API's SectionName pattern.
+var sectionNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// targetRefs checks a policy's targetRefs: 1 to 16 of them, every one of group and kind, as
+// the CRD's rule does, and Gateway API's own rules on each name and section name.
+func targetRefs(p *field.Path, n int, ref func(int) (group, kind, name, section string), group, kind, msg string) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case n == 0:
+		errs = append(errs, field.Required(p, "the objects the policy applies to"))
+	case n > 16:
+		errs = append(errs, field.TooMany(p, n, 16))
+	}
+	all := true
+	for i := range n {
+		g, k, name, section := ref(i)
+		if g != group || k != kind {
+			all = false
+		}
+		if len(name) == 0 || len(name) > 253 {
+			errs = append(errs, field.Invalid(p.Index(i).Child("name"), name, "must be 1-253 characters"))
+		}
+		if section != "" && (len(section) > 253 || !sectionNameRE.MatchString(section)) {
+			errs = append(errs, field.Invalid(p.Index(i).Child("sectionName"), section, "must be a DNS subdomain"))
+		}
+	}
+	if !all {
+		errs = append(errs, field.Invalid(p, n, msg))
 	}
 	return errs
 }

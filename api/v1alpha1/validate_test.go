@@ -34,7 +34,7 @@ type validationCase struct {
 	kind  string // "" is TenantGateway
 }
 
-var validationCases = slices.Concat(tenantGatewayCases, crossNamespaceCases, databaseExposureCases, trustAnchorCases)
+var validationCases = slices.Concat(tenantGatewayCases, crossNamespaceCases, databaseExposureCases, trustAnchorCases, policyCases)
 
 var tenantGatewayCases = []validationCase{
 	{"minimal", `apex: acme.example.com`, "", ""},
@@ -241,6 +241,10 @@ func goValid(t *testing.T, doc string) (bool, string) {
 		obj = &v1alpha1.DatabaseExposure{}
 	case "TrustAnchor":
 		obj = &v1alpha1.TrustAnchor{}
+	case "BackendPolicy":
+		obj = &v1alpha1.BackendPolicy{}
+	case "ListenerPolicy":
+		obj = &v1alpha1.ListenerPolicy{}
 	default:
 		t.Fatalf("kind %q", meta.Kind)
 	}
@@ -328,4 +332,43 @@ func TestCRDsAreGenerated(t *testing.T) {
 			t.Errorf("config/crd/snigate/%s differs from the generated CRD: run scripts/generate.sh", filepath.Base(g))
 		}
 	}
+}
+
+var policyCases = []validationCase{
+	{"backend policy v1", `
+targetRefs: [{group: "", kind: Service, name: pg}]
+proxyProtocol: {version: v1}`, "", "BackendPolicy"},
+	{"backend policy v2 with TLVs", `
+targetRefs: [{group: "", kind: Service, name: pg}, {group: "", kind: Service, name: nats}]
+proxyProtocol: {version: v2, tlvs: [authority, alpn]}`, "", "BackendPolicy"},
+	{"backend policy TLVs on v1", `
+targetRefs: [{group: "", kind: Service, name: pg}]
+proxyProtocol: {version: v1, tlvs: [authority]}`, "spec.proxyProtocol", "BackendPolicy"},
+	{"backend policy version v3", `
+targetRefs: [{group: "", kind: Service, name: pg}]
+proxyProtocol: {version: v3}`, "spec.proxyProtocol.version", "BackendPolicy"},
+	{"backend policy unknown TLV", `
+targetRefs: [{group: "", kind: Service, name: pg}]
+proxyProtocol: {version: v2, tlvs: [sni]}`, "spec.proxyProtocol.tlvs[0]", "BackendPolicy"},
+	{"backend policy on a Gateway", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+proxyProtocol: {version: v2}`, "spec.targetRefs", "BackendPolicy"},
+	{"backend policy without targets", `
+targetRefs: []
+proxyProtocol: {version: v2}`, "spec.targetRefs", "BackendPolicy"},
+	{"listener policy", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: tls}]
+proxyProtocol: {trustedRanges: [10.0.0.0/8, "2001:db8::/32", 192.0.2.7/32], required: true}`, "", "ListenerPolicy"},
+	{"listener policy range not a CIDR", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+proxyProtocol: {trustedRanges: [10.0.0.1]}`, "spec.proxyProtocol.trustedRanges", "ListenerPolicy"},
+	{"listener policy no ranges", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+proxyProtocol: {trustedRanges: []}`, "spec.proxyProtocol.trustedRanges", "ListenerPolicy"},
+	{"listener policy on a Service", `
+targetRefs: [{group: "", kind: Service, name: gw}]
+proxyProtocol: {trustedRanges: [10.0.0.0/8]}`, "spec.targetRefs", "ListenerPolicy"},
+	{"listener policy section not a name", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: "TLS_1"}]
+proxyProtocol: {trustedRanges: [10.0.0.0/8]}`, "spec.targetRefs[0].sectionName", "ListenerPolicy"},
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/translate"
 )
 
 // The status page (GET /) is for a person: the same State as /status, laid out as tables,
@@ -72,9 +73,11 @@ type page struct {
 	Open  float64
 	Ports []portView
 	// Hidden counts, per table, the rows the filter kept but pageRows left out.
-	Hidden    map[string]int
-	Gateways  []gatewayView
-	Routes    []routeView
+	Hidden   map[string]int
+	Gateways []gatewayView
+	Routes   []routeView
+	// Policies are the BackendPolicies and ListenerPolicies, Parents their ancestors.
+	Policies  []routeView
 	Tenants   []tenantView
 	Exposures []exposureView
 	Anchors   []objectView
@@ -85,7 +88,9 @@ type portView struct {
 	Protocol snapshot.Protocol
 	Max      int
 	Open     float64
-	Rows     []routeRow
+	// ProxyIn describes the port's ListenerPolicy ("PROXY from 10.0.0.0/8, required").
+	ProxyIn string
+	Rows    []routeRow
 }
 
 // routeRow is one hostname of one route on one listener (for HTTP listeners, one match).
@@ -249,6 +254,12 @@ func buildPage(st State, s samples, q string, now time.Time) page {
 	if st.Table != nil {
 		for _, port := range st.Table.Ports {
 			pv := portView{Address: port.Address, Protocol: port.Protocol, Max: port.MaxConnections, Open: s.addrOpen[port.Address]}
+			if in := port.ProxyProtocol; in != nil {
+				pv.ProxyIn = "reads PROXY headers from " + strings.Join(in.TrustedRanges, ", ")
+				if in.Required {
+					pv.ProxyIn += " (required)"
+				}
+			}
 			for _, l := range port.Listeners {
 				for _, rt := range l.Routes {
 					if match(l.Name, l.Hostname, rt.Name, rt.Hostname) && keep("ports") {
@@ -311,6 +322,22 @@ func buildPage(st State, s samples, q string, now time.Time) page {
 		}
 		for _, r := range st.Status.HTTPRoutes {
 			addRoutes("HTTPRoute", r.Namespace, r.Name, r.Status.Parents)
+		}
+		addPolicy := func(kind string, ps translate.BackendPolicyStatus) {
+			if !match(ps.Namespace, ps.Name) || !keep("policies") {
+				return
+			}
+			pv := routeView{objectView: objectView{Kind: kind, Namespace: ps.Namespace, Name: ps.Name}}
+			for _, a := range ps.Status.Ancestors {
+				pv.Parents = append(pv.Parents, parentView{Parent: parentName(a.AncestorRef, ps.Namespace), Conditions: a.Conditions})
+			}
+			p.Policies = append(p.Policies, pv)
+		}
+		for _, ps := range st.Status.BackendPolicies {
+			addPolicy("BackendPolicy", ps)
+		}
+		for _, ps := range st.Status.ListenerPolicies {
+			addPolicy("ListenerPolicy", ps)
 		}
 	}
 	for _, t := range sorted(st.Tenants, func(i int) [2]string { return [2]string{st.Tenants[i].Namespace, st.Tenants[i].Name} }) {

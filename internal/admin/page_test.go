@@ -29,7 +29,7 @@ func pageState(n int, now time.Time) State {
 	for i := range n {
 		l.Routes = append(l.Routes, snapshot.RouteDescription{
 			Hostname: fmt.Sprintf("pg%d.db.example.test", i), Name: fmt.Sprintf("TLSRoute/db/pg%d", i),
-			Backends: []snapshot.BackendDescription{{Name: "db/pg:5432", Weight: 1, Endpoints: []string{"10.0.0.1:5432"}}},
+			Backends: []snapshot.BackendDescription{{Name: "db/pg:5432", Weight: 1, Endpoints: []string{"10.0.0.1:5432"}, ProxyProtocol: "v2 authority"}},
 		})
 	}
 	// A hostname is the tenant's to choose: the page must escape it.
@@ -41,16 +41,20 @@ func pageState(n int, now time.Time) State {
 		Ready: true, Generation: 9, LastApplied: now.Add(-time.Minute),
 		LastError: `examples/db.yaml: TLSRoute db/pg: spec.hostnames[0]: Invalid value: "-": not a DNS name`, LastRejected: now.Add(-5 * time.Second),
 		Table: &snapshot.Description{Ports: []snapshot.PortDescription{
-			{Address: "0.0.0.0:5432", Protocol: snapshot.ProtocolTLS, Listeners: []snapshot.ListenerDescription{l}},
+			{Address: "0.0.0.0:5432", Protocol: snapshot.ProtocolTLS, Listeners: []snapshot.ListenerDescription{l},
+				ProxyProtocol: &snapshot.InboundDescription{TrustedRanges: []string{"10.0.0.0/8"}, Required: true}},
 			{Address: "0.0.0.0:80", Protocol: snapshot.ProtocolHTTP, Listeners: []snapshot.ListenerDescription{httpL}},
 		}},
-		Status: &translate.Status{Gateways: []translate.GatewayStatus{{Namespace: "db", Name: "gw", Status: gwv1.GatewayStatus{
-			Conditions: []metav1.Condition{{Type: "Programmed", Status: metav1.ConditionTrue, Reason: "Programmed"}},
-			Listeners: []gwv1.ListenerStatus{{Name: "tls-postgres", AttachedRoutes: int32(n), Conditions: []metav1.Condition{
-				{Type: "Conflicted", Status: metav1.ConditionFalse, Reason: "NoConflicts", Message: "No conflicts"},
-				{Type: "ResolvedRefs", Status: metav1.ConditionFalse, Reason: "InvalidCertificateRef", Message: "Secret db/wild is missing"},
-			}}},
-		}}}},
+		Status: &translate.Status{BackendPolicies: []translate.BackendPolicyStatus{{Namespace: "db", Name: "pg-proxy", Status: gwv1.PolicyStatus{
+			Ancestors: []gwv1.PolicyAncestorStatus{{AncestorRef: gwv1.ParentReference{Kind: ptr(gwv1.Kind("Service")), Name: "pg"},
+				Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted"}}}}}}},
+			Gateways: []translate.GatewayStatus{{Namespace: "db", Name: "gw", Status: gwv1.GatewayStatus{
+				Conditions: []metav1.Condition{{Type: "Programmed", Status: metav1.ConditionTrue, Reason: "Programmed"}},
+				Listeners: []gwv1.ListenerStatus{{Name: "tls-postgres", AttachedRoutes: int32(n), Conditions: []metav1.Condition{
+					{Type: "Conflicted", Status: metav1.ConditionFalse, Reason: "NoConflicts", Message: "No conflicts"},
+					{Type: "ResolvedRefs", Status: metav1.ConditionFalse, Reason: "InvalidCertificateRef", Message: "Secret db/wild is missing"},
+				}}},
+			}}}},
 		DatabaseExposures: []render.Exposure{{Namespace: "db", Name: "pg0", Status: v1alpha1.DatabaseExposureStatus{
 			Hostnames: []string{"pg0.db.example.test"}, Listener: "tls-postgres", Port: 5432,
 			Conditions:        []metav1.Condition{{Type: "CertificateVerified", Status: metav1.ConditionTrue, Reason: "Verified"}},
@@ -136,6 +140,9 @@ func TestPageServed(t *testing.T) {
 		`Secret db/wild is missing`,
 		`not a DNS name`,
 		`301 to https://`,
+		`PROXY v2 authority`,
+		`reads PROXY headers from 10.0.0.0/8 (required)`,
+		`<span class="mono">Service db/pg</span>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page lacks %q", want)
@@ -178,3 +185,5 @@ func TestPageNoTraffic(t *testing.T) {
 		t.Error("a process with no traffic of its own is shown as serving")
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -363,8 +363,9 @@ func bindError(origins map[string]string, be *proxy.BindError) error {
 	return fmt.Errorf("%s: spec.listeners[name=%s].port: cannot bind %s: %w", where, parts[2], be.Address, be.Err)
 }
 
-// validateRenderInputs runs the CRDs' rules on every TenantGateway, DatabaseExposure and
-// TrustAnchor, as the API server would.
+// validateRenderInputs runs the CRDs' rules on every object of snigate's own API
+// (TenantGateway, DatabaseExposure, TrustAnchor, BackendPolicy, ListenerPolicy), as the API
+// server would.
 func validateRenderInputs(res *resources.Resources) error {
 	var errs []error
 	check := func(kind string, o interface {
@@ -393,6 +394,12 @@ func validateRenderInputs(res *resources.Resources) error {
 		d := a.DeepCopy()
 		d.Default()
 		check("TrustAnchor", a, d.Validate())
+	}
+	for _, b := range res.BackendPolicies {
+		check("BackendPolicy", b, b.Validate())
+	}
+	for _, l := range res.ListenerPolicies {
+		check("ListenerPolicy", l, l.Validate())
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/snigate/snigate/internal/clienthello"
+	"github.com/snigate/snigate/internal/proxyproto"
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
@@ -30,8 +33,16 @@ type conn struct {
 	p      *Proxy
 	pl     *portListener
 	client *net.TCPConn // nil while the relay holds the client's socket (adopted)
-	peer   netip.AddrPort
-	start  time.Time
+	// fd is the client's socket as accepted (for its local address while the relay holds
+	// it; see localAddr).
+	fd int32
+	// peer is the client's address: the TCP peer's, or the one a trusted load balancer's
+	// PROXY header gave (px.via is then the balancer's).
+	peer netip.AddrPort
+	// px is the PROXY protocol state, nil for a connection that has none (most): kept out
+	// of line so that a connection without a policy costs not a byte more.
+	px    *proxyState
+	start time.Time
 	// plan is the endpoint order of the dial in progress on a relay loop (router).
 	plan dialPlan
 
@@ -73,6 +84,31 @@ type conn struct {
 	released   bool // the relay gave the client back (guarded by backendMu)
 	closing    bool // closeAll ran (guarded by backendMu)
 	onEnd      []func()
+}
+
+// proxyState is a connection's PROXY protocol state.
+type proxyState struct {
+	// via is the load balancer's address, when its PROXY header gave the client's.
+	via netip.AddrPort
+	// backend is the PROXY header the picked backend takes (nil: none), prefixLen how many
+	// bytes of the client→backend count were that header.
+	backend   *snapshot.ProxyHeader
+	prefixLen int
+}
+
+// proxy returns px, made on first use.
+func (c *conn) proxy() *proxyState {
+	if c.px == nil {
+		c.px = &proxyState{}
+	}
+	return c.px
+}
+
+// setBackendProxy notes the picked backend's PROXY header (nil: none).
+func (c *conn) setBackendProxy(h *snapshot.ProxyHeader) {
+	if h != nil || c.px != nil {
+		c.proxy().backend = h
+	}
 }
 
 // unregister takes the connection out of the proxy's books (its onEnd hooks, the port's
@@ -158,6 +194,15 @@ func (c *conn) handle(port *snapshot.Port, already []byte) {
 	c.decided = nil
 	d, pre := c.readPreamble(port, first, already)
 	c.negotiation = d.negotiation
+	if d.skip > 0 {
+		// A trusted balancer's PROXY header: its address is the client's from here on, and
+		// its bytes go nowhere (a CancelRequest's consumed counts them).
+		c.acceptProxy(&d)
+		if d.kind == kindPGCancel {
+			d.consumed -= d.skip
+		}
+		pre = pre[d.skip:]
+	}
 	switch d.kind {
 	case kindReject:
 		if d.reason == reasonTimeout && len(pre) == 0 && d.negotiation == negTLS {
@@ -170,7 +215,7 @@ func (c *conn) handle(port *snapshot.Port, already []byte) {
 		if d.reply != nil {
 			client.Write(d.reply)
 		}
-		p.reject(pl.addr, client, d.reason, string(d.sni()), c.start, c.negotiation)
+		c.reject(d.reason, string(d.sni()))
 	case kindTCP:
 		c.forward(d.listener, d.route, pre)
 	case kindHTTP:
@@ -194,7 +239,7 @@ func (c *conn) handle(port *snapshot.Port, already []byte) {
 		// readPreamble returns only final decisions: a kind nobody acts on is closed like a
 		// reject, never served.
 		p.log.Error("connection left undecided", "address", pl.addr, "kind", d.kind.String())
-		p.reject(pl.addr, client, reasonMalformed, "", c.start, c.negotiation)
+		c.reject(reasonMalformed, "")
 	}
 }
 
@@ -203,12 +248,6 @@ func (c *conn) releaseHello() {
 		helloBufs.Put(c.helloBuf)
 		c.helloBuf = nil
 	}
-}
-
-// reject closes a connection without writing a byte, and counts and logs why.
-func (p *Proxy) reject(addr string, c *net.TCPConn, reason outcome, sni string, start time.Time, negotiation negotiation) {
-	c.Close()
-	p.rejected(addr, c.RemoteAddr().String(), reason, sni, start, negotiation)
 }
 
 // rejected counts and logs a connection closed without a byte written.
@@ -316,6 +355,7 @@ func (c *conn) connectBackend(r *snapshot.Route, one func(netip.AddrPort) error)
 		return reasonNoBackend
 	}
 	c.backendName = b.Name
+	c.setBackendProxy(b.Proxy)
 	c.enterRoute()
 	if err := c.dial(b, one); err != nil {
 		c.p.log.Warn("backend unreachable", "route", r.Name, "backend", b.Name, "error", err)
@@ -340,7 +380,7 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface []byte) 
 	rl, err := c.p.relay()
 	if err != nil {
 		c.p.log.Error("relay unavailable", "error", err)
-		c.p.reject(c.pl.addr, c.client, reasonRelayFailed, c.sni, c.start, c.negotiation)
+		c.reject(reasonRelayFailed, c.sni)
 		return
 	}
 	expectTLS := l.Mode == snapshot.ModePassthrough
@@ -356,14 +396,39 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface []byte) 
 		return err
 	})
 	if reason != "" {
-		c.p.reject(c.pl.addr, c.client, reason, c.sni, c.start, c.negotiation)
+		c.reject(reason, c.sni)
 		return
+	}
+	hdr, err := c.proxyHeader(func() string { return offeredALPN(preface) })
+	if err != nil {
+		c.p.log.Error("cannot write the backend's PROXY header", "error", err)
+		dialed.Abandon()
+		c.closeAndRecord(outcomeBackendWriteFailed)
+		return
+	}
+	if hdr != nil {
+		preface = append(hdr, preface...)
 	}
 	c.handOver(func() (*relay.Pair, error) {
 		err := dialed.Attach(c.client, preface, c.relayOptions(expectTLS), c.relayDone)
 		c.releaseHello() // Attach copied the preface
 		return dialed, err
 	})
+}
+
+// writeProxyHeader writes the picked backend's PROXY header, if it takes one, to bc.
+func (c *conn) writeProxyHeader(bc *net.TCPConn, alpn func() string) error {
+	hdr, err := c.proxyHeader(alpn)
+	if c.px != nil {
+		c.px.prefixLen = 0 // written here, not counted among the relay's bytes
+	}
+	if err == nil && hdr != nil {
+		_, err = bc.Write(hdr)
+	}
+	if err != nil {
+		c.p.log.Warn("cannot write the backend's PROXY header", "backend", c.backendName, "endpoint", c.endpoint(), "error", err)
+	}
+	return err
 }
 
 // handOver gives the connection to the relay with start (Attach or Start): from then on the
@@ -384,16 +449,20 @@ func (c *conn) handOver(start func() (*relay.Pair, error)) {
 // exchange with the backend itself before the relay takes over.
 func (c *conn) forwardPG(rl *relay.Relay, r *snapshot.Route, preface []byte) {
 	if reason := c.connectBackend(r, c.dialGo); reason != "" {
-		c.p.reject(c.pl.addr, c.client, reason, c.sni, c.start, c.negotiation)
+		c.reject(reason, c.sni)
 		return
 	}
 	bc := c.backend
+	if err := c.writeProxyHeader(bc, func() string { return offeredALPN(preface) }); err != nil {
+		c.closeAndRecord(outcomeBackendWriteFailed)
+		return
+	}
 	if err := c.pgSSLExchange(bc); err != nil {
 		c.p.log.Warn("postgres backend refused TLS", "route", r.Name, "endpoint", c.endpoint(), "error", err)
 		c.closeAndRecord(reasonBackendNoTLS)
 		return
 	}
-	if ip, ok := netipAddr(c.client.RemoteAddr()); ok {
+	if ip := c.peer.Addr(); ip.IsValid() {
 		ep := c.endpointAddr
 		c.pl.pg.add(ip, ep)
 		c.onEnd = append(c.onEnd, func() { c.pl.pg.remove(ip, ep) })
@@ -440,6 +509,11 @@ func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) 
 		c.closeAndRecord(reason)
 		return
 	}
+	if err := c.writeProxyHeader(c.backend, func() string { return tc.ConnectionState().NegotiatedProtocol }); err != nil {
+		tc.Close()
+		c.closeAndRecord(outcomeBackendWriteFailed)
+		return
+	}
 	c.pipeTLS(tc, c.backend)
 	c.closeAndRecord(outcomeOK)
 }
@@ -457,10 +531,15 @@ func (c *conn) closeAndRecord(o outcome) {
 		ec.out.Add(float64(c.out))
 	}
 	if p.opts.AccessLog {
-		p.log.Info("connection", "client", c.clientAddr(), "address", c.pl.addr,
+		args := []any{"client", c.clientAddr(), "address", c.pl.addr,
 			"listener", c.listener, "negotiation", string(c.negotiation), "sni", c.sni, "route", c.route,
 			"backend", c.backendName, "endpoint", c.endpoint(), "bytes_in", c.in, "bytes_out", c.out,
-			"duration", time.Since(c.start), "outcome", string(o))
+			"duration", time.Since(c.start), "outcome", string(o)}
+		if via := c.via(); via.IsValid() {
+			// The load balancer the client came through (its PROXY header gave "client").
+			args = append(args, "via", via.String())
+		}
+		p.log.Info("connection", args...)
 	}
 }
 
@@ -529,7 +608,13 @@ func (c *conn) relayDone(res relay.Result) {
 	c.backendMu.Lock()
 	c.pair, c.relayEnded = nil, true
 	c.backendMu.Unlock()
-	c.in += res.Bytes[0]
+	// The backend's PROXY header is not the client's bytes; a pair that ended before it
+	// was all written counts none of them.
+	var prefix int64
+	if c.px != nil {
+		prefix = int64(c.px.prefixLen)
+	}
+	c.in += max(0, res.Bytes[0]-prefix)
 	c.out += res.Bytes[1]
 	o := outcomeOK
 	switch res.Outcome {
@@ -623,12 +708,95 @@ func (p *Proxy) endCounters(k endKey) *endCounters {
 	return ec
 }
 
-// clientAddr is the client's address for logs.
-func (c *conn) clientAddr() string {
-	if c.client != nil {
-		return c.client.RemoteAddr().String()
+// clientAddr is the client's address for logs: the PROXY header's, when a trusted load
+// balancer sent one.
+func (c *conn) clientAddr() string { return c.peer.String() }
+
+// tcpPeer is the address the connection came from: the load balancer's, after a header.
+func (c *conn) tcpPeer() netip.Addr {
+	if c.px != nil && c.px.via.IsValid() {
+		return c.px.via.Addr()
 	}
-	return c.peer.String()
+	return c.peer.Addr()
+}
+
+// via is the load balancer's address, when a PROXY header gave the client's (else invalid).
+func (c *conn) via() netip.AddrPort {
+	if c.px == nil {
+		return netip.AddrPort{}
+	}
+	return c.px.via
+}
+
+// acceptProxy takes the client's address from the PROXY header d skipped (once). A LOCAL
+// header (the balancer's own connection) leaves the balancer's address as the client's.
+func (c *conn) acceptProxy(d *decision) {
+	if d.skip == 0 || c.via().IsValid() {
+		return
+	}
+	c.proxy().via = c.peer
+	if d.source.IsValid() {
+		c.peer = d.source
+	}
+}
+
+// localAddr is the address the client connected to (the PROXY header's destination).
+func (c *conn) localAddr() netip.AddrPort {
+	if c.client != nil {
+		if a, ok := c.client.LocalAddr().(*net.TCPAddr); ok {
+			return a.AddrPort()
+		}
+	}
+	sa, err := unix.Getsockname(int(c.fd))
+	if err == nil {
+		switch sa := sa.(type) {
+		case *unix.SockaddrInet4:
+			return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+		case *unix.SockaddrInet6:
+			return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+		}
+	}
+	ap, _ := netip.ParseAddrPort(c.pl.addr)
+	return ap
+}
+
+// proxyHeader is the PROXY header for the picked backend (nil when it takes none), with
+// alpn the ALPN TLV's value when the policy asks for it.
+func (c *conn) proxyHeader(alpn func() string) ([]byte, error) {
+	if c.px == nil || c.px.backend == nil {
+		return nil, nil
+	}
+	h := c.px.backend
+	var tlvs proxyproto.TLVs
+	if h.Authority {
+		tlvs.Authority = c.sni
+	}
+	if h.ALPN {
+		tlvs.ALPN = alpn()
+	}
+	b, err := proxyproto.Header(h.Version, c.peer, c.localAddr(), tlvs)
+	if err != nil {
+		return nil, fmt.Errorf("PROXY header for %s: %w", c.backendName, err)
+	}
+	c.px.prefixLen = len(b)
+	return b, nil
+}
+
+// offeredALPN is the first ALPN protocol the ClientHello at the start of hello offers ("" if
+// none): the ALPN TLV where snigate passes TLS through, the backend not having chosen yet.
+func offeredALPN(hello []byte) string {
+	var h clienthello.Hello
+	var p clienthello.Parser
+	if p.Parse(hello, &h) != nil || len(h.ALPN) < 1 || int(h.ALPN[0]) >= len(h.ALPN) {
+		return ""
+	}
+	return string(h.ALPN[1 : 1+int(h.ALPN[0])])
+}
+
+// reject closes the connection without writing a byte, and counts and logs why.
+func (c *conn) reject(reason outcome, sni string) {
+	c.client.Close()
+	c.p.rejected(c.pl.addr, c.clientAddr(), reason, sni, c.start, c.negotiation)
 }
 
 // endpoint is the backend address for logs ("" before one was dialed). Formatted only when

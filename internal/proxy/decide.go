@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"errors"
+	"net/netip"
 
 	"github.com/snigate/snigate/internal/clienthello"
 	"github.com/snigate/snigate/internal/pgwire"
+	"github.com/snigate/snigate/internal/proxyproto"
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
@@ -90,6 +92,12 @@ type preambleState struct {
 	// malformed_hello, one that only does not fit maxBytes is hello_too_large (decide), as
 	// they have always been counted.
 	parser clienthello.Parser
+	// peer is the address the connection came from (TCP), which a port's ListenerPolicy
+	// must trust for a PROXY header to be read.
+	peer netip.Addr
+	// proxyDone: the PROXY header phase is over (the header was consumed and the caller
+	// dropped its bytes), so pre starts with the client's own bytes.
+	proxyDone bool
 }
 
 // decision is what decide made of a connection's first bytes: every connection's fate,
@@ -121,6 +129,12 @@ type decision struct {
 	consumed int
 	// next is the phase to decide the bytes after the packet in, with kindPGNegotiate.
 	next pgPhase
+	// skip is the length of the PROXY protocol header pre began with (a ListenerPolicy's
+	// trusted load balancer), source the client's address it carried (invalid for a LOCAL
+	// header): the caller drops those bytes and takes that address as the client's. The
+	// rest of the decision is about the bytes after it (consumed counts the header too).
+	skip   int
+	source netip.AddrPort
 	// The normalized SNI (lower case, no trailing dot), once the ClientHello had a valid
 	// one: see sni.
 	sniLen uint8
@@ -150,6 +164,61 @@ func (d *decision) sni() []byte {
 // port must not be nil: a connection to a port that left the snapshot is the caller's to
 // drop.
 func decide(port *snapshot.Port, pre []byte, st *preambleState) (d decision, more bool) {
+	if in := port.ProxyIn; in != nil && !st.proxyDone {
+		return decideProxy(port, in, pre, st)
+	}
+	return decideClient(port, pre, st)
+}
+
+// decideProxy is decide on a port with a ListenerPolicy: a PROXY header first, from a
+// trusted address only, then the client's bytes as ever. The header needs no answer, so
+// the bytes after it are decided in the same call. A TCP port's untrusted peers go on at
+// once, unread: their protocol may have the server speak first, and a header they send is
+// only payload to the backend, which reads snigate's own header (if any) first.
+func decideProxy(port *snapshot.Port, in *snapshot.InboundProxy, pre []byte, st *preambleState) (d decision, more bool) {
+	d.negotiation = negTLS
+	if port.Protocol == snapshot.ProtocolTCP {
+		d.negotiation = negTCP
+	}
+	trusted := in.Trusts(st.peer)
+	if !trusted && port.Protocol == snapshot.ProtocolTCP {
+		return decideClient(port, pre, st)
+	}
+	header, sure := proxyproto.Detect(pre)
+	switch {
+	case !sure:
+		return d, true
+	case header && !trusted:
+		// A client must not choose the address it is logged, limited and authorized as.
+		return d, d.reject(reasonProxyUntrusted)
+	case !header && trusted && in.Required:
+		return d, d.reject(reasonProxyRequired)
+	case !header:
+		return decideClient(port, pre, st)
+	}
+	n, src, err := proxyproto.Parse(pre)
+	switch {
+	case err != nil:
+		return d, d.reject(reasonProxyMalformed)
+	case n == 0:
+		return d, true
+	}
+	sub := *st
+	sub.proxyDone = true
+	d, more = decideClient(port, pre[n:], &sub)
+	st.parser = sub.parser
+	if more {
+		return d, true // nothing is decided yet, the header's length neither
+	}
+	d.skip, d.source = n, src
+	if d.kind == kindPGNegotiate || d.kind == kindPGCancel {
+		d.consumed += n
+	}
+	return d, more
+}
+
+// decideClient is decide on the client's own bytes (after any PROXY header).
+func decideClient(port *snapshot.Port, pre []byte, st *preambleState) (d decision, more bool) {
 	switch port.Protocol {
 	case snapshot.ProtocolTCP:
 		return decision{kind: kindTCP, negotiation: negTCP, listener: port.TCP, route: port.TCP.Route}, false

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/snigate/snigate/internal/clienthello"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/pgwire"
+	"github.com/snigate/snigate/internal/proxyproto"
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
@@ -324,7 +326,7 @@ func checkDecision(t *testing.T, port *snapshot.Port, st *preambleState, pre []b
 	case kindReject:
 		// Fail closed: nothing written, but to a plaintext PostgreSQL client, who reads why.
 		switch {
-		case !slices.Contains(decideReasons, d.reason):
+		case !slices.Contains(decideReasons, d.reason) && !slices.Contains(decideProxyReasons, d.reason):
 			t.Fatalf("reject with reason %q, which is not decide's", d.reason)
 		case d.reason == reasonPGPlaintext:
 			if !bytes.Equal(d.reply, pgPlaintextError) {
@@ -876,6 +878,132 @@ func BenchmarkEnterRoute(b *testing.B) {
 			c.routeActive = nil
 			c.enterRoute()
 			c.routeActive.Dec()
+		}
+	})
+}
+
+// decideProxyReasons are the reasons decide rejects with on a port with a ListenerPolicy.
+var decideProxyReasons = []outcome{reasonProxyUntrusted, reasonProxyRequired, reasonProxyMalformed}
+
+// A port with a ListenerPolicy: the PROXY header of a trusted load balancer is read and
+// skipped, the decision is on the bytes after it (in the same call), and its address is the
+// client's; a header from anyone else, a missing one where required, or a broken one closes.
+func TestDecideProxyHeader(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	required := decidePort()
+	required.ProxyIn = &snapshot.InboundProxy{Trusted: trusted, Required: true}
+	optional := decidePort()
+	optional.ProxyIn = &snapshot.InboundProxy{Trusted: trusted}
+	tcp := &snapshot.Port{Address: "127.0.0.1:4222", Protocol: snapshot.ProtocolTCP,
+		TCP: &snapshot.Listener{Name: "gw/tcp", Route: route("tcp")}, ProxyIn: &snapshot.InboundProxy{Trusted: trusted}}
+	lb, outsider := netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("192.0.2.9")
+	client := netip.MustParseAddrPort("203.0.113.7:51234")
+	v1, _ := proxyproto.Header(1, client, netip.MustParseAddrPort("10.9.9.9:443"), proxyproto.TLVs{})
+	v2, _ := proxyproto.Header(2, client, netip.MustParseAddrPort("10.9.9.9:443"), proxyproto.TLVs{Authority: "db.example.com"})
+	local := []byte("\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00")
+	db := capturedHello(t, "go-tls13")
+	sslRequest := []byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}
+
+	type want struct {
+		kind     decisionKind
+		reason   outcome
+		route    string
+		skip     int
+		source   netip.AddrPort
+		consumed int
+	}
+	cases := []struct {
+		name string
+		port *snapshot.Port
+		peer netip.Addr
+		pre  []byte
+		more bool
+		want want
+	}{
+		{"v2 from the load balancer", required, lb, cat(v2, db), false, want{kind: kindPassthrough, route: "db", skip: len(v2), source: client}},
+		{"v1 from the load balancer", required, lb, cat(v1, db), false, want{kind: kindPassthrough, route: "db", skip: len(v1), source: client}},
+		{"LOCAL: the balancer's own connection", required, lb, cat(local, db), false, want{kind: kindPassthrough, route: "db", skip: len(local)}},
+		{"part of the header", required, lb, v2[:20], true, want{}},
+		{"part of the signature", required, lb, v2[:3], true, want{}},
+		{"the header, part of the hello", required, lb, cat(v2, db[:50]), true, want{}},
+		{"header then SSLRequest", required, lb, cat(v2, sslRequest), false, want{kind: kindPGNegotiate, skip: len(v2), source: client, consumed: len(v2) + 8}},
+		{"a header from outside the trusted ranges", required, outsider, cat(v2, db), false, want{kind: kindReject, reason: reasonProxyUntrusted}},
+		{"outside the trusted ranges, no header", required, outsider, db, false, want{kind: kindPassthrough, route: "db"}},
+		{"trusted, no header, required", required, lb, db, false, want{kind: kindReject, reason: reasonProxyRequired}},
+		{"trusted, no header, not required", optional, lb, db, false, want{kind: kindPassthrough, route: "db"}},
+		{"a broken header", required, lb, []byte("PROXY TCP4 1.2.3.4\r\n"), false, want{kind: kindReject, reason: reasonProxyMalformed}},
+		{"tcp port, outsider, nothing read", tcp, outsider, nil, false, want{kind: kindTCP, route: "tcp"}},
+		{"tcp port, balancer, nothing yet", tcp, lb, nil, true, want{}},
+		{"tcp port, balancer's header", tcp, lb, cat(v1, []byte("CONNECT {}")), false, want{kind: kindTCP, route: "tcp", skip: len(v1), source: client}},
+	}
+	reasons := map[outcome]bool{}
+	for _, c := range cases {
+		reasons[c.want.reason] = true
+	}
+	for _, r := range decideProxyReasons {
+		if !reasons[r] {
+			t.Errorf("no case rejects with %s", r)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := preambleState{maxBytes: 64 << 10, peer: c.peer}
+			d, more := decide(c.port, c.pre, &st)
+			got := want{kind: d.kind, reason: d.reason, skip: d.skip, source: d.source, consumed: d.consumed}
+			if d.route != nil {
+				got.route = d.route.Name
+			}
+			if more != c.more || got != c.want {
+				t.Errorf("decide = more %v, %+v\nwant   more %v, %+v", more, got, c.more, c.want)
+			}
+			if more && (d.kind != kindUndecided || d.skip != 0) {
+				t.Errorf("undecided with %+v", d)
+			}
+		})
+	}
+}
+
+// FuzzDecideProxyHeader: on a port with a ListenerPolicy, whatever a trusted balancer sends,
+// decide does not panic, and what it decides after a header it skipped is exactly what the
+// port without a policy decides on the bytes after it.
+func FuzzDecideProxyHeader(f *testing.F) {
+	client := netip.MustParseAddrPort("203.0.113.7:51234")
+	db := capturedHello(f, "go-tls13")
+	for _, v := range []uint8{1, 2} {
+		h, _ := proxyproto.Header(v, client, netip.MustParseAddrPort("10.9.9.9:443"), proxyproto.TLVs{Authority: "db.example.com", ALPN: "h2"})
+		f.Add(cat(h, db), true)
+		f.Add(cat(h, []byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}), false)
+	}
+	f.Add([]byte("PROXY UNKNOWN\r\n"), true)
+	f.Add(db, false)
+	plain := decidePort()
+	withPolicy := decidePort()
+	withPolicy.ProxyIn = &snapshot.InboundProxy{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	f.Fuzz(func(t *testing.T, pre []byte, required bool) {
+		withPolicy.ProxyIn.Required = required
+		st := preambleState{maxBytes: 16 << 10, peer: netip.MustParseAddr("10.1.2.3")}
+		d, more := decide(withPolicy, pre, &st)
+		if more || d.skip == 0 {
+			return
+		}
+		if d.skip > len(pre) || d.kind == kindReject && (d.reason == reasonProxyMalformed || d.reason == reasonProxyUntrusted) {
+			t.Fatalf("skip %d of %d bytes, %v %s", d.skip, len(pre), d.kind, d.reason)
+		}
+		st2 := preambleState{maxBytes: 16 << 10}
+		d2, more2 := decide(plain, pre[d.skip:], &st2)
+		consumed := d2.consumed
+		if d2.kind == kindPGNegotiate || d2.kind == kindPGCancel {
+			consumed += d.skip
+		}
+		name := func(r *snapshot.Route) string {
+			if r == nil {
+				return ""
+			}
+			return r.Name
+		}
+		if more2 || d2.kind != d.kind || d2.reason != d.reason || name(d2.route) != name(d.route) || consumed != d.consumed {
+			t.Fatalf("after the header: %v %s %v (consumed %d); without a policy: %v %s %v (consumed %d)",
+				d.kind, d.reason, d.route, d.consumed, d2.kind, d2.reason, d2.route, d2.consumed)
 		}
 	})
 }

@@ -22,6 +22,11 @@ const (
 	reasonPGPlaintext outcome = "postgres_plaintext_refused"
 	reasonPGSmuggled  outcome = "postgres_bytes_after_sslrequest"
 	reasonPGBadPacket outcome = "postgres_bad_packet"
+	// A ListenerPolicy's PROXY header: sent from outside its trusted ranges, missing from
+	// a trusted range that must send one, or not a valid header.
+	reasonProxyUntrusted outcome = "proxy_header_untrusted"
+	reasonProxyRequired  outcome = "proxy_header_missing"
+	reasonProxyMalformed outcome = "proxy_header_malformed"
 
 	// Results of reading from and writing to the client while the preamble is read
 	// (readPreamble; on the relay's loops the socket comes back to it on these).

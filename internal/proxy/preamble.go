@@ -28,7 +28,7 @@ var pgPlaintextError = pgwire.ErrorResponse(pgwire.SQLStateInvalidAuthorization,
 // applies to: the ClientHello and anything after it exactly as read, after any PostgreSQL
 // requests (answered here and not forwarded), in c.helloBuf (nil for a TCP or HTTP port).
 func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte) (decision, []byte) {
-	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes}
+	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes, peer: c.tcpPeer()}
 	var (
 		d    decision
 		more bool
@@ -63,6 +63,11 @@ func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte
 		if !more {
 			if d.kind != kindPGNegotiate {
 				return d, buf[:n]
+			}
+			if d.skip > 0 {
+				// The PROXY header went with the request: decide on from after both.
+				c.acceptProxy(&d)
+				st.proxyDone = true
 			}
 			if _, err := c.client.Write(d.reply); err != nil {
 				d.reject(reasonClientGone)
@@ -138,10 +143,10 @@ func quoteByte(b byte) string {
 // to other tenants' servers.
 func (c *conn) forwardCancel(packet []byte) {
 	c.releaseHello()
-	client, _ := netipAddr(c.client.RemoteAddr())
+	client := c.peer.Addr() // the PROXY header's, through a trusted balancer
 	eps := c.pl.pgEndpoints(client)
 	if len(eps) == 0 {
-		c.p.reject(c.pl.addr, c.client, reasonPGCancelDrop, "", c.start, c.negotiation)
+		c.reject(reasonPGCancelDrop, "")
 		return
 	}
 	for _, ep := range eps {

@@ -387,6 +387,7 @@ func (p *Proxy) serve(pl *portListener) {
 		}
 		p.conns.Add(1)
 		c := p.newConn(pl, peer)
+		c.fd = int32(fd)
 		if port.Protocol == snapshot.ProtocolHTTP || port.Protocol == snapshot.ProtocolTLS && !port.HasPassthrough() {
 			// Nothing on this port is relayed: the relay would only read the hello and hand
 			// the socket back.

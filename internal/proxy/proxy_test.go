@@ -4,21 +4,27 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	pp "github.com/pires/go-proxyproto"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/pgwire"
+	"github.com/snigate/snigate/internal/proxyproto"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil"
 	"github.com/snigate/snigate/internal/testutil/fixture"
@@ -432,4 +438,191 @@ func TestRouteActiveConnections(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// proxyBackend is a backend that reads the PROXY header snigate writes (with the reference
+// library, as HAProxy or NATS would) and greets with what it carried: "src=... auth=...
+// alpn=...", over TLS when cert is set; a connection without a valid header gets
+// "no header".
+func proxyBackend(t *testing.T, cert *tls.Certificate) netip.AddrPort {
+	return proxyBackendPG(t, cert, false)
+}
+
+// proxyBackendPG is proxyBackend that, with pg, expects PostgreSQL's SSLRequest after the
+// header (and answers 'S') before the TLS handshake, as the SSLRequest bridge sends it.
+func proxyBackendPG(t *testing.T, cert *tls.Certificate, pg bool) netip.AddrPort {
+	t.Helper()
+	ln, err := fixture.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				br := bufio.NewReader(c)
+				greeting := "no header"
+				if h, err := pp.Read(br); err == nil {
+					auth, alpn := "", ""
+					tlvs, _ := h.TLVs()
+					for _, tlv := range tlvs {
+						switch tlv.Type {
+						case pp.PP2_TYPE_AUTHORITY:
+							auth = string(tlv.Value)
+						case pp.PP2_TYPE_ALPN:
+							alpn = string(tlv.Value)
+						}
+					}
+					greeting = fmt.Sprintf("v%d src=%s auth=%s alpn=%s", h.Version, h.SourceAddr, auth, alpn)
+				}
+				if pg {
+					req := make([]byte, 8)
+					if _, err := io.ReadFull(br, req); err != nil || !bytes.Equal(req, []byte(pgwire.SSLRequest)) {
+						return
+					}
+					c.Write([]byte{'S'})
+				}
+				var rw io.ReadWriter = struct {
+					io.Reader
+					io.Writer
+				}{br, c}
+				if cert != nil {
+					tc := tls.Server(&bufferedConn{Conn: c, r: br}, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"x-db"}})
+					if tc.Handshake() != nil {
+						return
+					}
+					rw = tc
+				}
+				io.WriteString(rw, greeting+"\n")
+			}(c)
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// BackendPolicy's PROXY header on every path to the backend: passthrough on the relay (v2
+// with the SNI and the client's first ALPN offer), terminate on a goroutine (v2, the
+// negotiated ALPN), a TCP listener (v1). And ListenerPolicy's inbound header: from a trusted
+// range its address is the client's, in the header written to the backend too; from
+// elsewhere the connection is closed without a byte.
+func TestProxyProtocol(t *testing.T) {
+	ca := selfSigned(t, "db.test")
+	p := newProxy(t)
+	addr, termAddr, tcpAddr, lbAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	withHeader := func(name string, ep netip.AddrPort, h *snapshot.ProxyHeader) *snapshot.Route {
+		return snapshot.NewRoute(name, []snapshot.Backend{{Name: name, Weight: 1, Endpoints: []netip.AddrPort{ep}, Proxy: h}})
+	}
+	v2 := &snapshot.ProxyHeader{Version: 2, Authority: true, ALPN: true}
+	tlsEP, plainEP := proxyBackend(t, &ca), proxyBackend(t, nil)
+	term := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
+		TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{selfSigned(t, "t.test")}, NextProtos: []string{"h2", "x-app"}}}
+	term.Routes.Add("t.test", withHeader("t", plainEP, v2))
+	lbPort := tlsPort(lbAddr, map[string]*snapshot.Listener{"": passthrough("gw/lb", map[string]*snapshot.Route{"db.test": withHeader("lb", tlsEP, v2)})})
+	lbPort.ProxyIn = &snapshot.InboundProxy{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Required: true}
+	if err := p.Apply(snapshot.New(1, []*snapshot.Port{
+		tlsPort(addr, map[string]*snapshot.Listener{"": passthrough("gw/l", map[string]*snapshot.Route{"db.test": withHeader("db", tlsEP, v2)})}),
+		tlsPort(termAddr, map[string]*snapshot.Listener{"t.test": term}),
+		{Address: tcpAddr, Protocol: snapshot.ProtocolTCP, TCP: &snapshot.Listener{Name: "gw/tcp", Route: withHeader("raw", plainEP, &snapshot.ProxyHeader{Version: 1})}},
+		lbPort,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	greet := func(t *testing.T, c net.Conn) string {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			t.Fatalf("greeting: %v", err)
+		}
+		return strings.TrimSpace(line)
+	}
+	tlsTo := func(t *testing.T, raw net.Conn, sni string, alpn ...string) string {
+		t.Helper()
+		tc := tls.Client(raw, &tls.Config{ServerName: sni, InsecureSkipVerify: true, NextProtos: alpn})
+		t.Cleanup(func() { tc.Close() })
+		return greet(t, tc)
+	}
+	t.Run("passthrough on the relay", func(t *testing.T) {
+		c := dial(t, addr)
+		want := fmt.Sprintf("v2 src=%s auth=db.test alpn=x-db", c.LocalAddr())
+		if got := tlsTo(t, c, "db.test", "x-db", "h2"); got != want {
+			t.Errorf("backend read %q, want %q", got, want)
+		}
+	})
+	t.Run("terminate", func(t *testing.T) {
+		c := dial(t, termAddr)
+		want := fmt.Sprintf("v2 src=%s auth=t.test alpn=x-app", c.LocalAddr())
+		if got := tlsTo(t, c, "t.test", "x-app"); got != want {
+			t.Errorf("backend read %q, want %q", got, want)
+		}
+	})
+	t.Run("postgres SSLRequest bridge", func(t *testing.T) {
+		pgAddr := freeAddr(t)
+		pgEP := proxyBackendPG(t, &ca, true)
+		bridged := tlsPort(pgAddr, map[string]*snapshot.Listener{"": passthrough("gw/pg", map[string]*snapshot.Route{"db.test": withHeader("pg", pgEP, v2)})})
+		snap := p.Snapshot()
+		if err := p.Apply(snapshot.New(snap.Generation+1, append(slices.Clone(snap.Ports), bridged))); err != nil {
+			t.Fatal(err)
+		}
+		c := dial(t, pgAddr)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte(pgwire.SSLRequest))
+		if b := make([]byte, 1); func() bool { _, err := io.ReadFull(c, b); return err != nil || b[0] != 'S' }() {
+			t.Fatal("snigate did not answer the SSLRequest with S")
+		}
+		want := fmt.Sprintf("v2 src=%s auth=db.test alpn=x-db", c.LocalAddr())
+		if got := tlsTo(t, c, "db.test", "x-db"); got != want {
+			t.Errorf("backend read %q, want %q", got, want)
+		}
+	})
+	t.Run("tcp", func(t *testing.T) {
+		c := dial(t, tcpAddr)
+		want := fmt.Sprintf("v1 src=%s auth= alpn=", c.LocalAddr())
+		if got := greet(t, c); got != want {
+			t.Errorf("backend read %q, want %q", got, want)
+		}
+	})
+	t.Run("through a trusted balancer", func(t *testing.T) {
+		client := netip.MustParseAddrPort("203.0.113.7:51234")
+		c := dial(t, lbAddr)
+		h, _ := proxyproto.Header(2, client, netip.MustParseAddrPort(lbAddr), proxyproto.TLVs{})
+		c.Write(h)
+		if got, want := tlsTo(t, c, "db.test", "x-db"), "v2 src="+client.String()+" auth=db.test alpn=x-db"; got != want {
+			t.Errorf("backend read %q, want %q", got, want)
+		}
+	})
+	t.Run("a balancer that sends no header, where one is required", func(t *testing.T) {
+		c := dial(t, lbAddr)
+		tc := tls.Client(c, &tls.Config{ServerName: "db.test", InsecureSkipVerify: true})
+		if err := tc.Handshake(); err == nil {
+			t.Fatal("handshake through a port that requires a PROXY header, without one, succeeded")
+		}
+	})
+	t.Run("a header from an untrusted address", func(t *testing.T) {
+		strict := tlsPort(lbAddr, map[string]*snapshot.Listener{"": passthrough("gw/lb", map[string]*snapshot.Route{"db.test": withHeader("lb", tlsEP, v2)})})
+		strict.ProxyIn = &snapshot.InboundProxy{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+		if err := p.Apply(snapshot.New(2, []*snapshot.Port{strict})); err != nil {
+			t.Fatal(err)
+		}
+		c := dial(t, lbAddr)
+		h, _ := proxyproto.Header(1, netip.MustParseAddrPort("203.0.113.7:1"), netip.MustParseAddrPort(lbAddr), proxyproto.TLVs{})
+		c.Write(h)
+		assertClosedSilently(t, c)
+		if n := promtestutil.ToFloat64(p.m.Rejected.WithLabelValues(string(reasonProxyUntrusted))); n != 1 {
+			t.Errorf("rejected %s: %v, want 1", reasonProxyUntrusted, n)
+		}
+	})
 }

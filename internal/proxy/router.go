@@ -33,23 +33,25 @@ func (router) Route(_ *relay.Pair, tag any, pre []byte) relay.Verdict {
 	}
 	// A fresh state each time: the relay presents every byte read so far, and the bytes of
 	// a PostgreSQL request are never answered here (kindPGNegotiate is handed over).
-	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes}
+	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes, peer: c.tcpPeer()}
 	d, more := decide(port, pre, &st)
 	if more {
 		return verdictWait
 	}
 	switch {
 	case d.kind == kindTCP:
-		if v, ok := c.connectVerdict(d.listener, d.route, false); ok {
+		if v, ok := c.connectVerdict(d.listener, d.route, false, &d, pre); ok {
 			c.negotiation = d.negotiation
 			return v
 		}
 	case d.kind == kindPassthrough && !d.pgBridge:
-		if v, ok := c.connectVerdict(d.listener, d.route, true); ok {
-			c.negotiation, c.sni = d.negotiation, string(d.sni())
+		c.sni = string(d.sni()) // before connectVerdict: the authority TLV is the SNI
+		if v, ok := c.connectVerdict(d.listener, d.route, true, &d, pre); ok {
+			c.negotiation = d.negotiation
 			c.p.m.HelloSeconds.Observe(time.Since(c.start).Seconds())
 			return v
 		}
+		c.sni = ""
 	}
 	// Everything else, and a route without a backend to pick (forward picks again and
 	// rejects it), is served by the goroutine, which acts on this very decision. It is
@@ -63,12 +65,29 @@ func (router) Route(_ *relay.Pair, tag any, pre []byte) relay.Verdict {
 
 // connectVerdict picks a backend of r and the first endpoint to dial; ok is false when there
 // is none.
-func (c *conn) connectVerdict(l *snapshot.Listener, r *snapshot.Route, expectTLS bool) (v relay.Verdict, ok bool) {
+//
+// d's PROXY header, if a trusted balancer sent one, is skipped and its address becomes the
+// client's; the backend's own PROXY header, if its BackendPolicy asks for one, is written
+// first (pre holds the bytes read so far, for the ALPN TLV).
+func (c *conn) connectVerdict(l *snapshot.Listener, r *snapshot.Route, expectTLS bool, d *decision, pre []byte) (v relay.Verdict, ok bool) {
 	b := pick(r)
 	if b == nil || len(b.Endpoints) == 0 {
 		return v, false
 	}
+	c.acceptProxy(d)
 	c.listener, c.route, c.backendName = l.Name, r.Name, b.Name
+	c.setBackendProxy(b.Proxy)
+	var prefix []byte
+	if b.Proxy != nil {
+		var err error
+		if prefix, err = c.proxyHeader(func() string { return offeredALPN(pre[d.skip:]) }); err != nil {
+			// The goroutine path tries again and closes the connection with the reason.
+			c.p.log.Warn("cannot write the backend's PROXY header", "backend", b.Name, "error", err)
+			c.listener, c.route, c.backendName = "", "", ""
+			c.setBackendProxy(nil)
+			return v, false
+		}
+	}
 	c.enterRoute()
 	c.plan = newDialPlan(b)
 	ep, _ := c.plan.next(&c.p.health)
@@ -77,6 +96,8 @@ func (c *conn) connectVerdict(l *snapshot.Listener, r *snapshot.Route, expectTLS
 		To:      ep,
 		Dial:    relay.DialOptions{Timeout: c.p.opts.DialTimeout, KeepAlive: c.p.opts.KeepAlive},
 		Options: c.relayOptions(expectTLS),
+		Skip:    d.skip,
+		Prefix:  prefix,
 	}, true
 }
 

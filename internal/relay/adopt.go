@@ -61,4 +61,11 @@ type Verdict struct {
 	To      netip.AddrPort
 	Dial    DialOptions
 	Options Options
+	// With Connect: the first Skip bytes read from the client are dropped (a PROXY header
+	// the router consumed), and Prefix is written to the backend before the rest (the PROXY
+	// header for the backend). Result.Bytes[0] counts Prefix. When the client's bytes and
+	// Prefix do not fit the relay's buffer together, the client is released with
+	// ErrPrefaceFull.
+	Skip   int
+	Prefix []byte
 }

@@ -125,12 +125,45 @@ func (p *Pair) decide(v Verdict) {
 		p.release(nil)
 		return
 	}
+	if v.Skip > 0 || len(v.Prefix) > 0 {
+		if !d.reframe(v.Skip, v.Prefix) {
+			p.release(ErrPrefaceFull)
+			return
+		}
+	}
 	p.phase = phaseDialing // connect moves it on: relaying, or done when every dial failed
 	p.dialDeadline.Store(0)
 	p.dialTimedOut.Store(false)
 	p.setOptions(v.Options)
 	p.dialOpts = v.Dial
 	p.connect(v.To)
+}
+
+// reframe drops the first skip bytes of what is to be written and puts prefix in front of
+// the rest, in the buffer (taking one when there is none: a TCP route decided before the
+// client sent anything). It reports false when they do not fit.
+func (d *direction) reframe(skip int, prefix []byte) bool {
+	if d.buf == nil {
+		d.buf, d.off, d.end = bufs.Get().(*[]byte), 0, 0
+	}
+	buf := *d.buf
+	start := d.off + skip
+	if start > d.end {
+		return false
+	}
+	if start >= len(prefix) {
+		d.off = start - len(prefix)
+		copy(buf[d.off:], prefix)
+		return true
+	}
+	rest := d.end - start
+	if len(prefix)+rest > len(buf) {
+		return false
+	}
+	copy(buf[len(prefix):], buf[start:d.end])
+	copy(buf, prefix)
+	d.off, d.end = 0, len(prefix)+rest
+	return true
 }
 
 // registerDial puts the socket connect opened in the epoll set, from the loop.

@@ -51,6 +51,11 @@ type Resources struct {
 	DatabaseExposures []*v1alpha1.DatabaseExposure
 	// TrustAnchors are rendered into key-free CA Secrets a tenant may read.
 	TrustAnchors []*v1alpha1.TrustAnchor
+	// BackendPolicies set how snigate connects to a Service's backends (the PROXY header).
+	BackendPolicies []*v1alpha1.BackendPolicy
+	// ListenerPolicies set how a Gateway's listeners accept connections (PROXY headers from
+	// trusted load balancers).
+	ListenerPolicies []*v1alpha1.ListenerPolicy
 
 	// Origins maps "Kind/namespace/name" to where the object came from ("dir/file.yaml#2"),
 	// so errors can name the file. Empty for objects read from an API server.

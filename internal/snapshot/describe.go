@@ -1,6 +1,8 @@
 package snapshot
 
-import "crypto/x509"
+import (
+	"crypto/x509"
+)
 
 // Description is a plain, serializable view of a snapshot: what `snigate check` prints, what
 // the admin endpoint returns, and what golden files compare.
@@ -13,6 +15,7 @@ type PortDescription struct {
 	Address        string                `json:"address"`
 	Protocol       Protocol              `json:"protocol"`
 	MaxConnections int                   `json:"maxConnections,omitempty"`
+	ProxyProtocol  *InboundDescription   `json:"proxyProtocol,omitempty"`
 	Listeners      []ListenerDescription `json:"listeners"`
 }
 
@@ -62,6 +65,30 @@ type BackendDescription struct {
 	Weight    int32    `json:"weight"`
 	Endpoints []string `json:"endpoints,omitempty"`
 	Reason    string   `json:"reason,omitempty"`
+	// ProxyProtocol is the PROXY header written to the backend: "v1", "v2", "v2 authority
+	// alpn".
+	ProxyProtocol string `json:"proxyProtocol,omitempty"`
+}
+
+// InboundDescription describes a port's InboundProxy.
+type InboundDescription struct {
+	TrustedRanges []string `json:"trustedRanges"`
+	Required      bool     `json:"required,omitempty"`
+}
+
+// String is the header's description: "v1", "v2", "v2 authority alpn".
+func (h *ProxyHeader) String() string {
+	if h == nil {
+		return ""
+	}
+	s := "v" + string(rune('0'+h.Version))
+	if h.Authority {
+		s += " authority"
+	}
+	if h.ALPN {
+		s += " alpn"
+	}
+	return s
 }
 
 // Describe returns the plain view of s in precedence order.
@@ -72,6 +99,12 @@ func (s *Snapshot) Describe() Description {
 	}
 	for _, p := range s.Ports {
 		pd := PortDescription{Address: p.Address, Protocol: p.Protocol, MaxConnections: p.MaxConnections}
+		if in := p.ProxyIn; in != nil {
+			pd.ProxyProtocol = &InboundDescription{Required: in.Required}
+			for _, r := range in.Trusted {
+				pd.ProxyProtocol.TrustedRanges = append(pd.ProxyProtocol.TrustedRanges, r.String())
+			}
+		}
 		if p.TCP != nil {
 			pd.Listeners = append(pd.Listeners, describeListener("", p.TCP))
 		}
@@ -122,7 +155,7 @@ func describeListener(host string, l *Listener) ListenerDescription {
 func describeRoute(host string, r *Route) RouteDescription {
 	rd := RouteDescription{Hostname: host, Name: r.Name, Backends: []BackendDescription{}}
 	for _, b := range r.Backends {
-		bd := BackendDescription{Name: b.Name, Weight: b.Weight, Reason: b.Reason}
+		bd := BackendDescription{Name: b.Name, Weight: b.Weight, Reason: b.Reason, ProxyProtocol: b.Proxy.String()}
 		for _, e := range b.Endpoints {
 			bd.Endpoints = append(bd.Endpoints, e.String())
 		}

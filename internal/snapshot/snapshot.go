@@ -97,6 +97,9 @@ type Port struct {
 	TCP *Listener
 	// MaxConnections caps concurrent connections on the port; 0 means no cap.
 	MaxConnections int
+	// ProxyIn, when set, reads a PROXY protocol header at the start of connections from
+	// its trusted ranges, before anything else (a ListenerPolicy on a listener of the port).
+	ProxyIn *InboundProxy
 
 	// passthrough: a TLS port with at least one passthrough listener (set by New).
 	passthrough bool
@@ -159,6 +162,38 @@ type Backend struct {
 	// Reason is empty for a valid backend, otherwise why it takes no connections
 	// (BackendNotFound, RefNotPermitted, InvalidKind, NoReadyEndpoints).
 	Reason string
+	// Proxy, when set, is the PROXY protocol header to write first on every connection to
+	// the backend (a BackendPolicy on its Service).
+	Proxy *ProxyHeader
+}
+
+// ProxyHeader says what PROXY protocol header to write to a backend.
+type ProxyHeader struct {
+	// Version is 1 (text) or 2 (binary).
+	Version uint8
+	// Authority and ALPN add those TLVs to a version 2 header: the client's SNI, and the
+	// negotiated ALPN protocol (terminated TLS) or the client's first offer (passthrough).
+	Authority, ALPN bool
+}
+
+// InboundProxy says whom a port believes a PROXY protocol header from (a ListenerPolicy).
+type InboundProxy struct {
+	// Trusted are the source ranges (the load balancers) whose header is read; a header
+	// from any other address closes the connection.
+	Trusted []netip.Prefix
+	// Required closes a connection from a trusted range that sends no header.
+	Required bool
+}
+
+// Trusts reports whether a connection from addr may carry a header.
+func (p *InboundProxy) Trusts(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, r := range p.Trusted {
+		if r.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // Pick chooses a backend for a connection given a uniform random number r in [0, TotalWeight).

@@ -425,6 +425,7 @@ func (t *translator) backend(r *route, ref gwv1.BackendRef) (snapshot.Backend, g
 		return b, gwv1.RouteReasonBackendNotFound, fmt.Sprintf("Service %s/%s has no TCP port %d", ns, ref.Name, port)
 	}
 	b.Endpoints = Endpoints(t.slices[nsName{ns, svc.Name}], sp.Name)
+	b.Proxy = t.proxyOut[nsName{ns, svc.Name}]
 	if len(b.Endpoints) == 0 {
 		b.Reason = ReasonNoReadyEndpoints // snapshot only: the reference itself resolved
 	}

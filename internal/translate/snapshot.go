@@ -29,7 +29,7 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 				ap := netip.AddrPortFrom(addr, uint16(bind)).String()
 				p := ports[ap]
 				if p == nil {
-					p = &snapshot.Port{Address: ap, Port: l.spec.Port, MaxConnections: gw.maxConns, Protocol: snapshot.ProtocolTLS}
+					p = &snapshot.Port{Address: ap, Port: l.spec.Port, MaxConnections: gw.maxConns, Protocol: snapshot.ProtocolTLS, ProxyIn: t.proxyIn[ap]}
 					switch {
 					case l.routeKind == kindTCPRoute:
 						p.Protocol = snapshot.ProtocolTCP

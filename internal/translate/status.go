@@ -21,6 +21,9 @@ type Status struct {
 	TLSRoutes      []TLSRouteStatus     `json:"tlsRoutes,omitempty"`
 	TCPRoutes      []TCPRouteStatus     `json:"tcpRoutes,omitempty"`
 	HTTPRoutes     []HTTPRouteStatus    `json:"httpRoutes,omitempty"`
+	// BackendPolicies and ListenerPolicies: every one in the input (snigate's own kinds).
+	BackendPolicies  []BackendPolicyStatus  `json:"backendPolicies,omitempty"`
+	ListenerPolicies []ListenerPolicyStatus `json:"listenerPolicies,omitempty"`
 }
 
 // ObjectStatus is the status of one object.
@@ -130,9 +133,12 @@ func (t *translator) status() *Status {
 	for _, ls := range t.sets {
 		s.ListenerSets = append(s.ListenerSets, ListenerSetStatus{Namespace: ls.key.ns, Name: ls.key.name, Status: t.listenerSetStatus(ls)})
 	}
+	s.BackendPolicies, s.ListenerPolicies = t.backendPolicyStats, t.listenerPolicyStats
 	sortStatus(s.GatewayClasses)
 	sortStatus(s.Gateways)
 	sortStatus(s.ListenerSets)
+	sortStatus(s.BackendPolicies)
+	sortStatus(s.ListenerPolicies)
 	// With the memo, the routes' status lists are the previous call's without the routes
 	// that are gone and with the new ones: an unchanged route's status is the same, and a
 	// one-route change among 100 000 routes, which must apply within 50 ms

@@ -184,10 +184,12 @@ func Translate(in *resources.Resources, opts Options) *Result {
 		return &Result{Errors: errs}
 	}
 	t := newTranslator(in, opts, defaultAddr.Unmap())
-	t.gatewayClasses() // which classes are ours (gateways.go)
-	t.buildGateways()  // our Gateways and their listeners, oldest first (gateways.go)
-	t.claimPorts()     // the oldest Gateway on an address and port keeps it (gateways.go)
-	t.buildRoutes()    // routes attached to listeners, in precedence order (routes.go)
+	t.gatewayClasses()   // which classes are ours (gateways.go)
+	t.buildGateways()    // our Gateways and their listeners, oldest first (gateways.go)
+	t.claimPorts()       // the oldest Gateway on an address and port keeps it (gateways.go)
+	t.listenerPolicies() // what each bound port accepts first (policies.go)
+	t.backendPolicies()  // what each Service's backends are sent first (policies.go)
+	t.buildRoutes()      // routes attached to listeners, in precedence order (routes.go)
 
 	r := &Result{Snapshot: t.snapshot(), Status: t.status()} // snapshot.go, status.go
 	t.saveMemo(r.Status)                                     // for the next call (memo.go)
@@ -222,6 +224,13 @@ type translator struct {
 
 	routeList []*route // precedence order
 
+	// proxyOut is the PROXY header each Service's backends get, proxyIn what each bound
+	// address ("ip:port") reads first (policies.go), with the policies' status.
+	proxyOut            map[nsName]*snapshot.ProxyHeader
+	proxyIn             map[string]*snapshot.InboundProxy
+	backendPolicyStats  []BackendPolicyStatus
+	listenerPolicyStats []ListenerPolicyStatus
+
 	// With Options.Memo: whether its routes can be reused (memoOK), this call's context,
 	// the routes taken from it, and what to remember for the next call.
 	memoOK   bool
@@ -249,6 +258,8 @@ func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr
 		slices:      map[nsName][]*discoveryv1.EndpointSlice{},
 		nsLabels:    map[string]map[string]string{},
 		grants:      map[string][]*gwv1.ReferenceGrant{},
+		proxyOut:    map[nsName]*snapshot.ProxyHeader{},
+		proxyIn:     map[string]*snapshot.InboundProxy{},
 	}
 	if m := opts.Memo; m != nil {
 		t.memoCtx = newMemoContext(in, opts)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -83,6 +84,16 @@ func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
 			return w.set(&o.Status, mergeListenerSetStatus(&o.Status, &st.Status))
 		}))
 	}
+	for _, st := range s.BackendPolicies {
+		errs = append(errs, writeOne(ctx, w, &v1alpha1.BackendPolicy{}, st.Namespace, st.Name, func(o *v1alpha1.BackendPolicy) bool {
+			return w.set(&o.Status, mergePolicyStatus(&o.Status, &st.Status, w.controllerName))
+		}))
+	}
+	for _, st := range s.ListenerPolicies {
+		errs = append(errs, writeOne(ctx, w, &v1alpha1.ListenerPolicy{}, st.Namespace, st.Name, func(o *v1alpha1.ListenerPolicy) bool {
+			return w.set(&o.Status, mergePolicyStatus(&o.Status, &st.Status, w.controllerName))
+		}))
+	}
 	errs = append(errs, writeRoutes(ctx, w, &gwv1.TLSRouteList{}, s.TLSRoutes,
 		func(l *gwv1.TLSRouteList) []*gwv1.TLSRoute { return ptrs(l.Items) },
 		func(o *gwv1.TLSRoute) *gwv1.RouteStatus { return &o.Status.RouteStatus },
@@ -96,6 +107,27 @@ func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
 		func(o *gwv1.HTTPRoute) *gwv1.RouteStatus { return &o.Status.RouteStatus },
 		func(st *gwv1.HTTPRouteStatus) *gwv1.RouteStatus { return &st.RouteStatus }))
 	return errors.Join(errs...)
+}
+
+// mergePolicyStatus is want's ancestors (this controller's) with the other controllers'
+// entries of cur kept, and each condition's lastTransitionTime kept where its status did not
+// change.
+func mergePolicyStatus(cur, want *gwv1.PolicyStatus, ctrl gwv1.GatewayController) *gwv1.PolicyStatus {
+	next := &gwv1.PolicyStatus{}
+	for _, a := range cur.Ancestors {
+		if a.ControllerName != ctrl {
+			next.Ancestors = append(next.Ancestors, a)
+		}
+	}
+	for _, a := range want.Ancestors {
+		for _, old := range cur.Ancestors {
+			if old.ControllerName == ctrl && equality.Semantic.DeepEqual(old.AncestorRef, a.AncestorRef) {
+				a.Conditions = mergeConditions(old.Conditions, a.Conditions)
+			}
+		}
+		next.Ancestors = append(next.Ancestors, a)
+	}
+	return next
 }
 
 // set stores next in *cur and reports whether it differs. equality.Semantic treats nil and
@@ -116,6 +148,12 @@ func (w *statusWriter) set(cur, next any) bool {
 		*c = *n
 	case *gwv1.ListenerSetStatus:
 		n := next.(*gwv1.ListenerSetStatus)
+		if equality.Semantic.DeepEqual(c, n) {
+			return false
+		}
+		*c = *n
+	case *gwv1.PolicyStatus:
+		n := next.(*gwv1.PolicyStatus)
 		if equality.Semantic.DeepEqual(c, n) {
 			return false
 		}
