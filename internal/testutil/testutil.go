@@ -14,6 +14,20 @@
 // missing binary skips the test on a developer's machine and fails it under CI=true: an
 // end-to-end test that silently skips in CI proves nothing (see Require).
 //
+// It also starts the PROXY protocol peers (proxyproto.go), real servers that do not serve a
+// database but read or write the PROXY v1/v2 header in front of one:
+//
+//   - StartHAProxyBackend: HAProxy with "bind ... accept-proxy", logging the client address,
+//     destination and PROXY v2 authority TLV it read from each header (HAProxyBackend.Lines);
+//   - StartNginxBackend: nginx's stream module with "listen ... proxy_protocol", logging
+//     $proxy_protocol_addr:$proxy_protocol_port and $remote_addr (NginxBackend.Lines);
+//   - StartHAProxyFront: HAProxy in front of an upstream that it sends a PROXY v2 (or v1)
+//     header carrying the client's real address.
+//
+// Neither Debian 12 server can log the PROXY v2 ALPN TLV: HAProxy has fc_pp_tlv from 2.9 on
+// (2.6 here; HAProxyBackend.LogsALPN says whether it has it), nginx $proxy_protocol_tlv_alpn
+// from 1.23.2 on (1.22 here).
+//
 // When the tests run as root (CI does), PostgreSQL runs as the "postgres" system user, since it
 // refuses to run as root, and MariaDB is started with --user=root.
 //
