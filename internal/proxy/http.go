@@ -98,7 +98,13 @@ func (c *conn) servePlainHTTP() {
 func (c *conn) serveHTTPS(l *snapshot.Listener, hello []byte) {
 	c.negotiation = negHTTPS
 	c.listener = l.Name
-	tcn := newTrackedConn(&prefixConn{TCPConn: c.client, prefix: hello})
+	var nc net.Conn = &prefixConn{TCPConn: c.client, prefix: hello}
+	if c.via().IsValid() {
+		// Through a trusted balancer: requests come from the client its PROXY header named
+		// (the access log's client, X-Forwarded-For), not from the balancer.
+		nc = remoteConn{Conn: nc, remote: net.TCPAddrFromAddrPort(c.peer)}
+	}
+	tcn := newTrackedConn(nc)
 	tc := tls.Server(tcn, l.TLS)
 	c.backendMu.Lock()
 	c.tlsConn = tc
@@ -113,6 +119,14 @@ func (c *conn) serveHTTPS(l *snapshot.Listener, hello []byte) {
 	c.releaseHello()
 	c.serveHTTP(tc, tcn)
 }
+
+// remoteConn is a connection whose peer is another address (a PROXY header's).
+type remoteConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (r remoteConn) RemoteAddr() net.Addr { return r.remote }
 
 // trackedConn counts bytes and signals when it is closed.
 type trackedConn struct {

@@ -611,6 +611,33 @@ func TestProxyProtocol(t *testing.T) {
 			t.Fatal("handshake through a port that requires a PROXY header, without one, succeeded")
 		}
 	})
+	t.Run("HTTPS through a trusted balancer: the client is the header's", func(t *testing.T) {
+		httpsAddr := freeAddr(t)
+		gwCert := selfSigned(t, "*.example.com")
+		https := &snapshot.Listener{Name: "default/gw/https", Mode: snapshot.ModeTerminate,
+			TLS:  &tls.Config{Certificates: []tls.Certificate{gwCert}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12},
+			HTTP: httpTable(map[string][]*snapshot.HTTPMatch{"*.example.com": {prefix("/", toBackend("web", httpBackend(t, "web")))}})}
+		port := tlsPort(httpsAddr, map[string]*snapshot.Listener{"*.example.com": https})
+		port.ProxyIn = &snapshot.InboundProxy{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Required: true}
+		snap := p.Snapshot()
+		if err := p.Apply(snapshot.New(snap.Generation+1, append(slices.Clone(snap.Ports), port))); err != nil {
+			t.Fatal(err)
+		}
+		c := dial(t, httpsAddr)
+		client := netip.MustParseAddrPort("203.0.113.9:40001")
+		h, _ := proxyproto.Header(1, client, netip.MustParseAddrPort(httpsAddr), proxyproto.TLVs{})
+		c.Write(h)
+		tc := tls.Client(c, &tls.Config{ServerName: "www.example.com", InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(tc, "GET /x HTTP/1.1\r\nHost: www.example.com\r\nConnection: close\r\n\r\n")
+		resp, err := io.ReadAll(tc)
+		if err != nil && len(resp) == 0 {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(resp), "xff=203.0.113.9 ") {
+			t.Errorf("the backend saw X-Forwarded-For other than the header's client:\n%s", resp)
+		}
+	})
 	t.Run("a header from an untrusted address", func(t *testing.T) {
 		strict := tlsPort(lbAddr, map[string]*snapshot.Listener{"": passthrough("gw/lb", map[string]*snapshot.Route{"db.test": withHeader("lb", tlsEP, v2)})})
 		strict.ProxyIn = &snapshot.InboundProxy{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}

@@ -118,15 +118,30 @@ func (t *translator) listenerPolicies() {
 				continue // another controller's Gateway: not ours to say anything about
 			}
 			var targets []*listener
+			named, plainHTTP := 0, 0
 			for _, l := range gw.listeners {
-				if l.set == nil && (ref.SectionName == nil || string(l.spec.Name) == string(*ref.SectionName)) {
-					targets = append(targets, l)
+				if l.set != nil || ref.SectionName != nil && string(l.spec.Name) != string(*ref.SectionName) {
+					continue
 				}
+				named++
+				if l.spec.Protocol == gwv1.HTTPProtocolType {
+					// Plain HTTP is served by net/http from the first byte: a header before
+					// the request is not read there (HTTPS and TLS, TCP listeners take it).
+					plainHTTP++
+					continue
+				}
+				targets = append(targets, l)
 			}
 			c := t.policyCondition(&p.ObjectMeta)
-			if len(targets) == 0 {
+			switch {
+			case named == 0:
 				c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(gwv1.PolicyReasonTargetNotFound),
 					fmt.Sprintf("Gateway %s has no listener %s", key, *ref.SectionName)
+			case len(targets) == 0:
+				c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(gwv1.PolicyReasonInvalid),
+					"PROXY headers are read on TLS, HTTPS and TCP listeners; plain HTTP listeners do not take them"
+			}
+			if c.Status == metav1.ConditionFalse {
 				ancestors = appendAncestor(ancestors, ar, t.opts.ControllerName, c)
 				continue
 			}
@@ -156,6 +171,9 @@ func (t *translator) listenerPolicies() {
 				c.Message = fmt.Sprintf("a PROXY header is read first on %s from %s", strings.Join(mine, ", "), rangesString(in))
 				if in.Required {
 					c.Message += "; connections from there without one are closed"
+				}
+				if plainHTTP > 0 {
+					c.Message += fmt.Sprintf(" (not on the Gateway's %d plain HTTP listeners)", plainHTTP)
 				}
 			}
 			ancestors = appendAncestor(ancestors, ar, t.opts.ControllerName, c)
