@@ -74,6 +74,15 @@ func problems(r *translate.Result) []string {
 	for _, rt := range s.HTTPRoutes {
 		routes(kindHTTPRoute, rt.Namespace, rt.Name, rt.Status.Parents)
 	}
+	policies := func(kind string, list []translate.BackendPolicyStatus) {
+		for _, p := range list {
+			for _, a := range p.Status.Ancestors {
+				add(fmt.Sprintf("%s %s/%s target %s", kind, p.Namespace, p.Name, parentName(p.Namespace, a.AncestorRef)), a.Conditions)
+			}
+		}
+	}
+	policies("BackendPolicy", s.BackendPolicies)
+	policies("ListenerPolicy", s.ListenerPolicies)
 	return out
 }
 
@@ -210,6 +219,18 @@ func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) er
 		}
 	}
 
+	writePolicies := func(kind string, list []translate.BackendPolicyStatus) {
+		for _, p := range list {
+			fmt.Fprintf(w, "\n%s %s/%s\n", kind, p.Namespace, p.Name)
+			for _, a := range p.Status.Ancestors {
+				fmt.Fprintf(w, "  target %s\n", parentName(p.Namespace, a.AncestorRef))
+				writeConditions(w, "    ", a.Conditions)
+			}
+		}
+	}
+	writePolicies("BackendPolicy", s.BackendPolicies)
+	writePolicies("ListenerPolicy", s.ListenerPolicies)
+
 	fmt.Fprintf(w, "\nRouting table (port -> listener -> SNI or Host -> route -> backends):\n")
 	d := r.Snapshot.Describe()
 	if len(d.Ports) == 0 {
@@ -219,6 +240,12 @@ func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) er
 		fmt.Fprintf(w, "  %s %s", p.Address, p.Protocol)
 		if p.MaxConnections > 0 {
 			fmt.Fprintf(w, " maxConnections=%d", p.MaxConnections)
+		}
+		if in := p.ProxyProtocol; in != nil {
+			fmt.Fprintf(w, " proxyProtocol=[%s]", strings.Join(in.TrustedRanges, " "))
+			if in.Required {
+				fmt.Fprintf(w, " required")
+			}
 		}
 		fmt.Fprintln(w)
 		for _, l := range p.Listeners {
@@ -277,6 +304,9 @@ func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) er
 						fmt.Fprintf(w, " REJECTED (%s)", b.Reason)
 					} else {
 						fmt.Fprintf(w, " [%s]", strings.Join(b.Endpoints, " "))
+					}
+					if b.ProxyProtocol != "" {
+						fmt.Fprintf(w, " proxyProtocol=%q", b.ProxyProtocol)
 					}
 					fmt.Fprintln(w)
 				}

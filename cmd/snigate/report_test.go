@@ -72,3 +72,36 @@ func TestProblemsOfInvalidInput(t *testing.T) {
 		t.Errorf("problems() = %d lines, want the %d errors", len(problems(r)), len(r.Errors))
 	}
 }
+
+// Policies in the report: each target with its condition, the PROXY settings in the table,
+// and every policy that does not take effect among the problems (check exits 1).
+func TestReportPolicies(t *testing.T) {
+	r, report := translateFile(t, "policies.in.yaml")
+	out := string(report)
+	for _, want := range []string{
+		"BackendPolicy default/nats-proxy\n  target Service default/nats\n    Accepted=True (Accepted)",
+		"0.0.0.0:443 TLS proxyProtocol=[10.0.0.0/8 2001:db8::/32] required",
+		`default/nats:4222 weight=1 [10.1.0.5:4222] proxyProtocol="v2 authority alpn"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	var got []string
+	for _, p := range problems(r) {
+		if strings.Contains(p, "Policy ") {
+			got = append(got, p[:strings.Index(p, ":")])
+		}
+	}
+	want := []string{
+		"BackendPolicy default/nats-proxy target Service default/gone",
+		"BackendPolicy default/nats-v1 target Service default/nats",
+		"ListenerPolicy default/other target Gateway default/gw sectionName=tls-b",
+		"ListenerPolicy default/other target Gateway default/gw sectionName=nope",
+		"ListenerPolicy default/other target Gateway default/missing",
+		"ListenerPolicy default/other target Gateway default/gw sectionName=web",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("policy problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
