@@ -33,8 +33,9 @@ import (
 // selfSigned returns a certificate for names that is its own CA, for in-process TLS servers.
 var selfSigned = testutil.SelfSigned
 
-// backend starts a TLS (cert set) or plain echo server that first writes its name.
-func backend(t *testing.T, name string, cert *tls.Certificate) netip.AddrPort {
+// serve runs handle on a goroutine for every connection to a new loopback listener, closing
+// each when handle returns, until the test ends.
+func serve(t *testing.T, handle func(net.Conn)) netip.AddrPort {
 	t.Helper()
 	ln, err := fixture.Listen()
 	if err != nil {
@@ -47,26 +48,34 @@ func backend(t *testing.T, name string, cert *tls.Certificate) netip.AddrPort {
 			if err != nil {
 				return
 			}
-			go func(c net.Conn) {
+			go func() {
 				defer c.Close()
-				if cert != nil {
-					tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
-					if tc.Handshake() != nil {
-						return
-					}
-					c = tc
-				}
-				io.WriteString(c, name+"\n")
-				// Plain copy, not splice: a spliced echo would hold a pipe per connection,
-				// which TestRelayIdleHoldsNoPipes would count against the proxy.
-				io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{c})
-				if cw, ok := c.(interface{ CloseWrite() error }); ok {
-					cw.CloseWrite()
-				}
-			}(c)
+				handle(c)
+			}()
 		}
 	}()
 	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+// backend starts a TLS (cert set) or plain echo server that first writes its name.
+func backend(t *testing.T, name string, cert *tls.Certificate) netip.AddrPort {
+	t.Helper()
+	return serve(t, func(c net.Conn) {
+		if cert != nil {
+			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
+			if tc.Handshake() != nil {
+				return
+			}
+			c = tc
+		}
+		io.WriteString(c, name+"\n")
+		// Plain copy, not splice: a spliced echo would hold a pipe per connection,
+		// which TestRelayIdleHoldsNoPipes would count against the proxy.
+		io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{c})
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+	})
 }
 
 // freeAddr is a loopback address whose port no other call in this test binary got, and
@@ -452,58 +461,43 @@ func proxyBackend(t *testing.T, cert *tls.Certificate) netip.AddrPort {
 // header (and answers 'S') before the TLS handshake, as the SSLRequest bridge sends it.
 func proxyBackendPG(t *testing.T, cert *tls.Certificate, pg bool) netip.AddrPort {
 	t.Helper()
-	ln, err := fixture.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	return serve(t, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		greeting := "no header"
+		if h, err := pp.Read(br); err == nil {
+			auth, alpn := "", ""
+			tlvs, _ := h.TLVs()
+			for _, tlv := range tlvs {
+				switch tlv.Type {
+				case pp.PP2_TYPE_AUTHORITY:
+					auth = string(tlv.Value)
+				case pp.PP2_TYPE_ALPN:
+					alpn = string(tlv.Value)
+				}
+			}
+			greeting = fmt.Sprintf("v%d src=%s auth=%s alpn=%s", h.Version, h.SourceAddr, auth, alpn)
+		}
+		if pg {
+			req := make([]byte, 8)
+			if _, err := io.ReadFull(br, req); err != nil || !bytes.Equal(req, []byte(pgwire.SSLRequest)) {
 				return
 			}
-			go func(c net.Conn) {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				br := bufio.NewReader(c)
-				greeting := "no header"
-				if h, err := pp.Read(br); err == nil {
-					auth, alpn := "", ""
-					tlvs, _ := h.TLVs()
-					for _, tlv := range tlvs {
-						switch tlv.Type {
-						case pp.PP2_TYPE_AUTHORITY:
-							auth = string(tlv.Value)
-						case pp.PP2_TYPE_ALPN:
-							alpn = string(tlv.Value)
-						}
-					}
-					greeting = fmt.Sprintf("v%d src=%s auth=%s alpn=%s", h.Version, h.SourceAddr, auth, alpn)
-				}
-				if pg {
-					req := make([]byte, 8)
-					if _, err := io.ReadFull(br, req); err != nil || !bytes.Equal(req, []byte(pgwire.SSLRequest)) {
-						return
-					}
-					c.Write([]byte{'S'})
-				}
-				var rw io.ReadWriter = struct {
-					io.Reader
-					io.Writer
-				}{br, c}
-				if cert != nil {
-					tc := tls.Server(&bufferedConn{Conn: c, r: br}, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"x-db"}})
-					if tc.Handshake() != nil {
-						return
-					}
-					rw = tc
-				}
-				io.WriteString(rw, greeting+"\n")
-			}(c)
+			c.Write([]byte{'S'})
 		}
-	}()
-	return netip.MustParseAddrPort(ln.Addr().String())
+		var rw io.ReadWriter = struct {
+			io.Reader
+			io.Writer
+		}{br, c}
+		if cert != nil {
+			tc := tls.Server(&bufferedConn{Conn: c, r: br}, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"x-db"}})
+			if tc.Handshake() != nil {
+				return
+			}
+			rw = tc
+		}
+		io.WriteString(rw, greeting+"\n")
+	})
 }
 
 type bufferedConn struct {
