@@ -39,6 +39,7 @@ import (
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -430,19 +431,42 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 // recovery watchdog says the cache may lag behind (recovery.go).
 func (c *Controller) load(ctx context.Context) (*resources.Resources, error) {
 	var cl client.Reader = c.mgr.GetClient()
-	if c.recovery != nil && c.recovery.direct() {
+	direct := c.recovery != nil && c.recovery.direct()
+	if direct {
 		cl = c.direct
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, directTimeout)
 		defer cancel()
 	}
-	res := &resources.Resources{}
-	for _, k := range c.kinds {
-		list := k.NewList()
-		if err := cl.List(ctx, list); err != nil {
-			return nil, fmt.Errorf("listing %ss: %w", k.Name, err)
+	lists := make([]resources.ObjectList, len(c.kinds))
+	get := func(i int) error {
+		lists[i] = c.kinds[i].NewList()
+		if err := cl.List(ctx, lists[i]); err != nil {
+			return fmt.Errorf("listing %ss: %w", c.kinds[i].Name, err)
 		}
-		if err := k.SetList(res, list); err != nil {
+		return nil
+	}
+	if direct {
+		// Straight from the API server, every kind at once: a change made during an outage
+		// must be served within a second of its return, and one round trip per kind in a
+		// row, on a loaded API server, can take longer than that alone.
+		var g errgroup.Group
+		for i := range c.kinds {
+			g.Go(func() error { return get(i) })
+		}
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
+	} else {
+		for i := range c.kinds {
+			if err := get(i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	res := &resources.Resources{}
+	for i, k := range c.kinds {
+		if err := k.SetList(res, lists[i]); err != nil {
 			return nil, err
 		}
 	}
