@@ -45,7 +45,8 @@ type State struct {
 	Status *translate.Status     `json:"status,omitempty"`
 	Table  *snapshot.Description `json:"table,omitempty"`
 	// Tenants is the status of every TenantGateway: as rendered in memory (standalone
-	// mode), or as the cluster holds it.
+	// mode), or as the cluster holds it. This list and the two below are in namespace/name
+	// order.
 	Tenants []render.Tenant `json:"tenants,omitempty"`
 	// DatabaseExposures is the status of every DatabaseExposure, certificate probes
 	// included (rendered in memory, or as the cluster holds it).

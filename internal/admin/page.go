@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -340,8 +339,7 @@ func buildPage(st State, s samples, q string, now time.Time) page {
 			addPolicy("ListenerPolicy", ps)
 		}
 	}
-	for _, t := range sorted(st.Tenants, func(i int) [2]string { return [2]string{st.Tenants[i].Namespace, st.Tenants[i].Name} }) {
-		tg := st.Tenants[t]
+	for _, tg := range st.Tenants {
 		if !match(tg.Namespace, tg.Name) || !keep("tenants") {
 			continue
 		}
@@ -354,18 +352,14 @@ func buildPage(st State, s samples, q string, now time.Time) page {
 		}
 		p.Tenants = append(p.Tenants, tv)
 	}
-	for _, i := range sorted(st.DatabaseExposures, func(i int) [2]string {
-		return [2]string{st.DatabaseExposures[i].Namespace, st.DatabaseExposures[i].Name}
-	}) {
-		x := st.DatabaseExposures[i]
+	for _, x := range st.DatabaseExposures {
 		if !match(append([]string{x.Namespace, x.Name}, x.Status.Hostnames...)...) || !keep("exposures") {
 			continue
 		}
 		p.Exposures = append(p.Exposures, exposureView{objectView: objectView{"DatabaseExposure", x.Namespace, x.Name, x.Status.Conditions},
 			Hostnames: x.Status.Hostnames, Listener: x.Status.Listener, Port: x.Status.Port, Cert: x.Status.ServerCertificate})
 	}
-	for _, i := range sorted(st.TrustAnchors, func(i int) [2]string { return [2]string{st.TrustAnchors[i].Namespace, st.TrustAnchors[i].Name} }) {
-		a := st.TrustAnchors[i]
+	for _, a := range st.TrustAnchors {
 		if match(a.Namespace, a.Name) && keep("anchors") {
 			p.Anchors = append(p.Anchors, objectView{"TrustAnchor", a.Namespace, a.Name, a.Status.Conditions})
 		}
@@ -415,20 +409,6 @@ func parentName(ref gwv1.ParentReference, routeNamespace string) string {
 		name += "/" + string(*ref.SectionName)
 	}
 	return name
-}
-
-// sorted returns the indexes 0..n-1 of a list in namespace/name order, leaving it as is
-// (State's lists are shared with the runner).
-func sorted[T any](list []T, key func(int) [2]string) []int {
-	idx := make([]int, len(list))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		ka, kb := key(a), key(b)
-		return strings.Compare(ka[0]+"/"+ka[1], kb[0]+"/"+kb[1])
-	})
-	return idx
 }
 
 // ago is d rounded for a person: "3s", "4m", "2h", "12d"; negative d as "-3s".

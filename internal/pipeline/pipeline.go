@@ -32,10 +32,12 @@
 package pipeline
 
 import (
+	"cmp"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -277,7 +279,7 @@ func (r *Runner) run(res *resources.Resources) error {
 // tenantStatus is the status of every TenantGateway, DatabaseExposure and TrustAnchor for
 // State: what this run rendered (standalone mode), or, where the runner renders nothing (a
 // cluster, whose tenant controller renders and writes status), the status the objects of
-// res carry.
+// res carry. Every list is in namespace/name order.
 func tenantStatus(res *resources.Resources, rendered *render.Result, anchors *trustanchor.Result) ([]render.Tenant, []render.Exposure, []trustanchor.Anchor) {
 	var ts []render.Tenant
 	var xs []render.Exposure
@@ -291,6 +293,13 @@ func tenantStatus(res *resources.Resources, rendered *render.Result, anchors *tr
 		for _, x := range res.DatabaseExposures {
 			xs = append(xs, render.Exposure{Namespace: x.Namespace, Name: x.Name, Status: x.Status})
 		}
+		// In namespace/name order, as render's results are.
+		slices.SortFunc(ts, func(a, b render.Tenant) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
+		slices.SortFunc(xs, func(a, b render.Exposure) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
 	}
 	if anchors != nil {
 		as = anchors.Anchors
@@ -298,6 +307,9 @@ func tenantStatus(res *resources.Resources, rendered *render.Result, anchors *tr
 		for _, a := range res.TrustAnchors {
 			as = append(as, trustanchor.Anchor{Namespace: a.Namespace, Name: a.Name, Status: a.Status})
 		}
+		slices.SortFunc(as, func(a, b trustanchor.Anchor) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
 	}
 	return ts, xs, as
 }

@@ -90,8 +90,9 @@ type conn struct {
 type proxyState struct {
 	// via is the load balancer's address, when its PROXY header gave the client's.
 	via netip.AddrPort
-	// backend is the PROXY header the picked backend takes (nil: none), prefixLen how many
-	// bytes of the client→backend count were that header.
+	// backend is the PROXY header the picked backend takes (nil: none). prefixLen is how
+	// many bytes of the relay's client→backend count were that header, where the relay
+	// wrote it (set by whoever hands it the header with the client's bytes).
 	backend   *snapshot.ProxyHeader
 	prefixLen int
 }
@@ -408,6 +409,7 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface []byte) 
 	}
 	if hdr != nil {
 		preface = append(hdr, preface...)
+		c.px.prefixLen = len(hdr) // the relay counts it among the client's bytes
 	}
 	c.handOver(func() (*relay.Pair, error) {
 		err := dialed.Attach(c.client, preface, c.relayOptions(expectTLS), c.relayDone)
@@ -419,9 +421,6 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface []byte) 
 // writeProxyHeader writes the picked backend's PROXY header, if it takes one, to bc.
 func (c *conn) writeProxyHeader(bc *net.TCPConn, alpn func() string) error {
 	hdr, err := c.proxyHeader(alpn)
-	if c.px != nil {
-		c.px.prefixLen = 0 // written here, not counted among the relay's bytes
-	}
 	if err == nil && hdr != nil {
 		_, err = bc.Write(hdr)
 	}
@@ -778,7 +777,6 @@ func (c *conn) proxyHeader(alpn func() string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("PROXY header for %s: %w", c.backendName, err)
 	}
-	c.px.prefixLen = len(b)
 	return b, nil
 }
 

@@ -88,6 +88,9 @@ func (c *conn) connectVerdict(l *snapshot.Listener, r *snapshot.Route, expectTLS
 			return v, false
 		}
 	}
+	if prefix != nil {
+		c.px.prefixLen = len(prefix) // the relay counts it among the client's bytes
+	}
 	c.enterRoute()
 	c.plan = newDialPlan(b)
 	ep, _ := c.plan.next(&c.p.health)

@@ -97,10 +97,7 @@ func StartMariaDB(t testing.TB, o MariaDBOptions) *MariaDB {
 
 	m.Port = withPortRetry(t, func(port int) error {
 		m.Port = port
-		bind := "127.0.0.1"
-		if o.Netns != nil {
-			bind = o.Netns.IP.String()
-		}
+		bind := bindIP(o.Netns)
 		m.Addr = net.JoinHostPort(bind, strconv.Itoa(port))
 		args := []string{"--no-defaults",
 			"--user=" + osUser,

@@ -68,10 +68,7 @@ func StartRedis(t testing.TB, o RedisOptions) *Redis {
 
 	r.Port = withPortRetry(t, func(port int) error {
 		r.Port = port
-		bind := "127.0.0.1"
-		if o.Netns != nil {
-			bind = o.Netns.IP.String()
-		}
+		bind := bindIP(o.Netns)
 		r.Addr = net.JoinHostPort(bind, strconv.Itoa(port))
 		conf := []string{
 			"bind " + bind,
