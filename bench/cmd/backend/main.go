@@ -5,6 +5,7 @@
 //	        --tls 127.0.0.1:9004 --cert tls.pem --key tls-key.pem
 //
 //	--echo   reads a ClientHello record, answers wire.FlightSize bytes, then echoes
+//	--tiny   reads a ClientHello record, answers wire.TinyFlightSize bytes, then echoes
 //	--bulk   reads a ClientHello record and an 8-byte size N, sends N bytes
 //	--plain  echoes from the first byte (behind a proxy that terminates TLS)
 //	--tls    a real crypto/tls echo server, to prove that passthrough is byte for byte
@@ -31,6 +32,7 @@ import (
 
 func main() {
 	echoAddr := flag.String("echo", "", "hello+flight+echo listener")
+	tinyAddr := flag.String("tiny", "", "hello+tiny flight+echo listener")
 	bulkAddr := flag.String("bulk", "", "bulk sender listener")
 	plainAddr := flag.String("plain", "", "plain echo listener")
 	tlsAddr := flag.String("tls", "", "real TLS echo listener")
@@ -51,6 +53,9 @@ func main() {
 	}
 	if *echoAddr != "" {
 		go backend.Serve(listen(*echoAddr), backend.Echo)
+	}
+	if *tinyAddr != "" {
+		go backend.Serve(listen(*tinyAddr), backend.Tiny)
 	}
 	if *bulkAddr != "" {
 		go backend.Serve(listen(*bulkAddr), backend.Bulk)

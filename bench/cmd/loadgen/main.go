@@ -33,7 +33,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen conns|bulk|latency|idle|handshake|probe --addr A --sni S [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen conns|bulk|latency|rr|idle|handshake|probe --addr A --sni S [flags]")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -46,6 +46,7 @@ func main() {
 	bytes := fs.Int64("bytes", 1<<30, "bulk: bytes to download")
 	hold := fs.Duration("hold", 60*time.Second, "idle: hold connections at most this long")
 	caFile := fs.String("ca", "", "probe: PEM CA file")
+	shape := fs.String("shape", "std", "conns: std, tiny or fin (see load.Shapes)")
 	fs.Parse(os.Args[2:])
 	if *addr == "" || *sni == "" {
 		fail(errors.New("--addr and --sni are required"))
@@ -73,7 +74,11 @@ func main() {
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 		go func() { <-sigs; close(stop) }()
-		r := load.Conns(*addr, hello, def(*n, 5000), *conc, *max, stop)
+		sh, ok := load.Shapes[*shape]
+		if !ok {
+			fail(fmt.Errorf("unknown --shape %q", *shape))
+		}
+		r := load.Conns(*addr, hello, sh, def(*n, 5000), *conc, *max, stop)
 		out = r
 		if r.Failed > 0 || r.OK == 0 {
 			emit(out)
@@ -87,6 +92,12 @@ func main() {
 		out = r
 	case "latency":
 		r, err := load.Latency(*addr, hello, def(*n, 10000), 200)
+		if err != nil {
+			fail(err)
+		}
+		out = r
+	case "rr":
+		r, err := load.RR(*addr, hello, *conc, int64(def(*n, 1_000_000)), *max)
 		if err != nil {
 			fail(err)
 		}

@@ -33,6 +33,9 @@ import (
 // params are the counts of one mode.
 type params struct {
 	ConnsN, Conc, LatencyN, IdleN, TermN int
+	ShapeN                               int           // connections of each extra shape
+	RRConns                              int           // the request/response test's connections
+	RRTime                               time.Duration // and how long it sends
 	BulkBytes                            int64
 	ScaleExact, ScaleWild                int
 	Reloads                              int
@@ -43,16 +46,19 @@ type params struct {
 
 var (
 	full = params{ConnsN: 6000, Conc: 16, LatencyN: 8000, IdleN: 3000, TermN: 1500, BulkBytes: 1 << 30,
+		ShapeN: 4000, RRConns: 50, RRTime: 2 * time.Second,
 		ScaleExact: 100_000, ScaleWild: 1000, Reloads: 3,
-		PGSeconds: 3, PGClients: 8, Benchtime: "300ms", Budget: 540 * time.Second}
+		PGSeconds: 3, PGClients: 8, Benchtime: "300ms", Budget: 720 * time.Second}
 	smoke = params{ConnsN: 300, Conc: 16, LatencyN: 300, IdleN: 200, TermN: 100, BulkBytes: 32 << 20,
+		ShapeN: 200, RRConns: 20, RRTime: 300 * time.Millisecond,
 		ScaleExact: 2000, ScaleWild: 20, Reloads: 2,
-		PGSeconds: 1, PGClients: 4, Benchtime: "", Budget: 100 * time.Second}
+		PGSeconds: 1, PGClients: 4, Benchtime: "", Budget: 120 * time.Second}
 )
 
 // Names every configuration routes.
 const (
 	sniEcho = "echo.bench.test"
+	sniTiny = "tiny.bench.test"
 	sniBulk = "bulk.bench.test"
 	sniTLS  = "tls.bench.test"
 	sniPG   = "pg.bench.test"
@@ -72,11 +78,12 @@ type env struct {
 	ca                      *fixture.CA
 	roots                   *x509.CertPool
 	tlsCert, termCert, pgCt *fixture.Cert
-	port                    struct{ echo, bulk, plain, tls, pg int }
+	port                    struct{ echo, tiny, bulk, plain, tls, pg int }
 
 	mu      sync.Mutex
 	running []*proc.Proc
 	proxies map[string]*instance
+	logged  map[string]*instance // the same proxies with their access logs on (test "logs")
 	pg      *pgsrv.Server
 	scale   *scaleState
 }
@@ -104,7 +111,7 @@ func main() {
 	chartLink := flag.String("chart-link", "", "the chart's path as the Markdown links it")
 	notes := flag.String("notes", "", "hand-written notes appended to the Markdown")
 	verbose := flag.Bool("v", false, "log every value as it is measured")
-	only := flag.String("only", "", "comma-separated tests to run (default all): conns,bulk,latency,term,idle,scale,pg,syscalls,micro")
+	only := flag.String("only", "", "comma-separated tests to run (default all): conns,shapes,rr,logs,bulk,latency,term,idle,scale,pg,syscalls,micro")
 	render := flag.String("render", "", "only regenerate --md and --svg from this results JSON (after editing the notes)")
 	flag.Parse()
 
@@ -128,7 +135,7 @@ func main() {
 		return
 	}
 
-	e := &env{p: full, mode: "full", rounds: 5, repo: *repo, start: time.Now(), proxies: map[string]*instance{}}
+	e := &env{p: full, mode: "full", rounds: 5, repo: *repo, start: time.Now(), proxies: map[string]*instance{}, logged: map[string]*instance{}}
 	if *isSmoke {
 		e.p, e.mode, e.rounds = smoke, "smoke", 1
 	}
@@ -155,7 +162,7 @@ func main() {
 		Machine: machine(), Versions: versions(*snigate, *repo),
 		Params: map[string]any{
 			"concurrency": e.p.Conc, "connsN": e.p.ConnsN, "latencyN": e.p.LatencyN, "idleN": e.p.IdleN,
-			"termN": e.p.TermN, "bulkBytes": fmtBytes(e.p.BulkBytes), "scaleExact": e.p.ScaleExact,
+			"shapeN": e.p.ShapeN, "rrConns": e.p.RRConns, "rrSeconds": e.p.RRTime.Seconds(), "termN": e.p.TermN, "bulkBytes": fmtBytes(e.p.BulkBytes), "scaleExact": e.p.ScaleExact,
 			"scaleWild": e.p.ScaleWild, "reloads": e.p.Reloads, "pgbenchArgs": pgbenchArgsText(e.p), "pgScale": e.p.PGClients, "syscallsN": e.p.ConnsN / 6, "benchtime": e.p.Benchtime,
 		},
 	}

@@ -29,7 +29,23 @@ func (e *env) runRounds(want func(string) bool) {
 		}{
 			{report.TConns, func(r int) {
 				for _, t := range rotate(passTargets, r) {
-					e.conns(t)
+					e.conns(report.TConns, t, e.targetAddr, sniEcho, "std", e.p.ConnsN, report.MCPU, report.MRate)
+				}
+			}},
+			{report.TShapes, func(r int) {
+				for _, t := range rotate(passTargets, r) {
+					e.conns(report.TShapes, t, e.targetAddr, sniTiny, "tiny", e.p.ShapeN, report.MCPUTiny, report.MRateTiny)
+					e.conns(report.TShapes, t, e.targetAddr, sniEcho, "fin", e.p.ShapeN, report.MCPUFin, report.MRateFin)
+				}
+			}},
+			{report.TRR, func(r int) {
+				for _, t := range rotate(passTargets, r) {
+					e.rr(t)
+				}
+			}},
+			{report.TLogs, func(r int) {
+				for _, t := range rotate(logKinds, r) {
+					e.conns(report.TLogs, t, e.loggedAddr, sniEcho, "std", e.p.ConnsN, report.MCPU, report.MRate)
 				}
 			}},
 			{report.TBulk, func(r int) {
@@ -85,24 +101,64 @@ func cpuOf(pid int) int64 {
 	return procstat.CPU(procstat.Tree(pid))
 }
 
-// conns: new connections, proxy CPU per connection and connections/s.
-func (e *env) conns(target string) {
-	a, pid := e.targetAddr(target, e.port.echo)
+// loggedAddr is targetAddr for the proxies with their access logs on.
+func (e *env) loggedAddr(target string, _ int) (string, int) {
+	inst := e.logged[target]
+	if inst == nil || inst.proc == nil {
+		return "", -1
+	}
+	return inst.spec.Pass, inst.proc.Pid()
+}
+
+// conns: n new connections of a shape (load.Shapes) to sni, 16 at a time; the proxy's CPU
+// per connection and connections/s go to metrics cpuName and rateName of test.
+func (e *env) conns(test, target string, where func(string, int) (string, int), sni, shape string, n int, cpuName, rateName string) {
+	port := e.port.echo
+	if sni == sniTiny {
+		port = e.port.tiny
+	}
+	a, pid := where(target, port)
 	if pid < 0 {
 		return
 	}
 	before := cpuOf(pid)
 	var r load.ConnsResult
-	err := e.loadgen(120*time.Second, &r, "conns", "--addr", a, "--sni", sniEcho,
-		"-n", strconv.Itoa(e.p.ConnsN), "-c", strconv.Itoa(e.p.Conc), "--max", "60s")
+	err := e.loadgen(120*time.Second, &r, "conns", "--addr", a, "--sni", sni, "--shape", shape,
+		"-n", strconv.Itoa(n), "-c", strconv.Itoa(e.p.Conc), "--max", "60s")
 	cpu := cpuOf(pid) - before
 	if err != nil {
-		e.res.Error(fmt.Errorf("conns %s: %w", target, err))
+		e.res.Error(fmt.Errorf("%s %s (%s): %w", test, target, shape, err))
 		return
 	}
-	e.res.Add(report.TConns, report.MRate, target, "conns/s", r.PerSec)
+	e.res.Add(test, rateName, target, "conns/s", r.PerSec)
 	if pid > 0 {
-		e.res.Add(report.TConns, report.MCPU, target, "µs", float64(cpu)/1e3/float64(r.OK))
+		e.res.Add(test, cpuName, target, "µs", float64(cpu)/1e3/float64(r.OK))
+	}
+}
+
+// rr: many connections at once sending small requests; requests/s, proxy CPU per request
+// and the latency of a request under that load.
+func (e *env) rr(target string) {
+	a, pid := e.targetAddr(target, e.port.echo)
+	if pid < 0 {
+		return
+	}
+	var r load.RRResult
+	// The CPU count includes opening the connections (about 5 ms of the proxy's time against
+	// a 2 s run), alike for every proxy.
+	before := cpuOf(pid)
+	err := e.loadgen(120*time.Second, &r, "rr", "--addr", a, "--sni", sniEcho, "-c", strconv.Itoa(e.p.RRConns),
+		"-n", "10000000", "--max", e.p.RRTime.String())
+	cpu := cpuOf(pid) - before
+	if err != nil {
+		e.res.Error(fmt.Errorf("rr %s: %w", target, err))
+		return
+	}
+	e.res.Add(report.TRR, report.MRate, target, "requests/s", r.PerSec)
+	e.res.Add(report.TRR, report.MP50, target, "µs", r.P50)
+	e.res.Add(report.TRR, report.MP99, target, "µs", r.P99)
+	if pid > 0 {
+		e.res.Add(report.TRR, report.MCPU, target, "µs", float64(cpu)/1e3/float64(r.Requests))
 	}
 }
 

@@ -49,7 +49,7 @@ func (e *env) setup(want func(string) bool) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range []*int{&e.port.echo, &e.port.bulk, &e.port.plain, &e.port.tls, &e.port.pg} {
+	for _, p := range []*int{&e.port.echo, &e.port.tiny, &e.port.bulk, &e.port.plain, &e.port.tls, &e.port.pg} {
 		if *p, err = fixture.FreePort(); err != nil {
 			return err
 		}
@@ -57,7 +57,7 @@ func (e *env) setup(want func(string) bool) error {
 
 	// Backends on CPU 0.
 	be, err := proc.Start("backend", []string{e.bin.backend,
-		"--echo", addr(e.port.echo), "--bulk", addr(e.port.bulk), "--plain", addr(e.port.plain),
+		"--echo", addr(e.port.echo), "--tiny", addr(e.port.tiny), "--bulk", addr(e.port.bulk), "--plain", addr(e.port.plain),
 		"--tls", addr(e.port.tls), "--cert", tlsCertFile, "--key", tlsKeyFile,
 		"--max-lifetime", "20m"}, proc.Options{CPUs: "0", Dir: e.work, Log: e.path("backend.log")})
 	if err != nil {
@@ -93,13 +93,30 @@ func (e *env) setup(want func(string) bool) error {
 			return err
 		}
 	}
+	if want("logs") {
+		for _, kind := range logKinds {
+			inst, err := e.newInstance(kind, true)
+			if err != nil {
+				return err
+			}
+			if err := e.startInstance(inst); err != nil {
+				return err
+			}
+			e.logged[kind] = inst
+		}
+	}
 	return nil
 }
+
+// logKinds are the proxies measured with their access logs on (sniproxy's log is not
+// comparable: it logs to syslog only).
+var logKinds = []string{"snigate", "haproxy", "nginx"}
 
 // baseRoutes is the route list every proxy serves in the main tests.
 func (e *env) baseRoutes() []peers.Route {
 	return []peers.Route{
 		{Host: sniEcho, Backend: addr(e.port.echo)},
+		{Host: sniTiny, Backend: addr(e.port.tiny)},
 		{Host: sniBulk, Backend: addr(e.port.bulk)},
 		{Host: sniTLS, Backend: addr(e.port.tls)},
 		{Host: sniPG, Backend: addr(e.port.pg)},
@@ -109,15 +126,39 @@ func (e *env) baseRoutes() []peers.Route {
 func (e *env) startProxy(kind string) error {
 	inst := e.proxies[kind]
 	if inst == nil {
-		pass, err := fixture.FreePort()
-		if err != nil {
+		var err error
+		if inst, err = e.newInstance(kind, false); err != nil {
 			return err
 		}
-		spec := peers.Spec{Dir: e.path(kind), Pass: addr(pass), Routes: e.baseRoutes()}
+		e.proxies[kind] = inst
+	}
+	return e.startInstance(inst)
+}
+
+// newInstance writes the configuration of one proxy under test: the main tests' one, or
+// (accessLog) one with only the passthrough listener and the access log on.
+func (e *env) newInstance(kind string, accessLog bool) (*instance, error) {
+	pass, err := fixture.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	dir := kind
+	if accessLog {
+		dir += "-log"
+	}
+	spec := peers.Spec{Dir: e.path(dir), Pass: addr(pass), Routes: e.baseRoutes(), AccessLog: accessLog}
+	if kind == "snigate" {
+		admin, err := fixture.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		spec.Admin = addr(admin)
+	}
+	if !accessLog {
 		if kind != "sniproxy" {
 			term, err := fixture.FreePort()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			spec.Term, spec.TermCert = addr(term), e.termCert
 			spec.TermRoutes = []peers.Route{{Host: sniTerm, Backend: addr(e.port.plain)}}
@@ -127,28 +168,25 @@ func (e *env) startProxy(kind string) error {
 			// forward the whole session unread, which is the least a proxy can do per statement.
 			fwd, err := fixture.FreePort()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			spec.Forward, spec.ForwardTo = addr(fwd), addr(e.port.pg)
 		}
-		if kind == "snigate" {
-			admin, err := fixture.FreePort()
-			if err != nil {
-				return err
-			}
-			spec.Admin = addr(admin)
-		}
-		bin := ""
-		if kind == "snigate" {
-			bin = e.bin.snigate
-		}
-		argv, err := peers.Write(kind, bin, spec)
-		if err != nil {
-			return err
-		}
-		inst = &instance{kind: kind, spec: spec, argv: argv}
-		e.proxies[kind] = inst
 	}
+	bin := ""
+	if kind == "snigate" {
+		bin = e.bin.snigate
+	}
+	argv, err := peers.Write(kind, bin, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &instance{kind: kind, spec: spec, argv: argv}, nil
+}
+
+// startInstance starts inst and proves its data path.
+func (e *env) startInstance(inst *instance) error {
+	kind := inst.kind
 	p, err := e.launch(inst, sniEcho)
 	if err != nil {
 		return err

@@ -36,15 +36,20 @@ func Serve(ln net.Listener, h func(net.Conn)) {
 
 func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
 
-var flight = wire.Flight()
+var flight, tinyFlight = wire.Flight(), wire.TinyFlight()
 
 // Echo reads a ClientHello record, answers the flight, then echoes.
-func Echo(c net.Conn) {
+func Echo(c net.Conn) { hello(c, flight) }
+
+// Tiny reads a ClientHello record, answers the tiny flight, then echoes.
+func Tiny(c net.Conn) { hello(c, tinyFlight) }
+
+func hello(c net.Conn, answer []byte) {
 	buf := make([]byte, 4096)
 	if _, err := wire.ReadRecord(c, buf); err != nil {
 		return
 	}
-	if _, err := c.Write(flight); err != nil {
+	if _, err := c.Write(answer); err != nil {
 		return
 	}
 	echo(c, buf)

@@ -34,35 +34,71 @@ func dial(addr string) (*net.TCPConn, error) {
 	return tc, nil
 }
 
-// handshake writes hello and reads the echo backend's flight.
-func handshake(c net.Conn, hello, buf []byte) error {
+// Shape is what one connection of Conns does after connecting: write the ClientHello, read
+// a Flight-byte answer, write Msg bytes and read their echo, then close, by reset or (Fin)
+// by a half-close whose FIN the proxy must carry to the backend and back.
+type Shape struct {
+	Flight, Msg int
+	Fin         bool
+}
+
+// The shapes the runner measures.
+var (
+	// ShapeStd: a TLS 1.3 server flight, one small request and response, reset.
+	ShapeStd = Shape{Flight: wire.FlightSize, Msg: wire.MsgSize}
+	// ShapeTiny: one small record, one byte each way, reset: setup and teardown only.
+	ShapeTiny = Shape{Flight: wire.TinyFlightSize, Msg: 1}
+	// ShapeFin: as ShapeStd, but the client ends with a FIN and waits for the backend's, as a
+	// database client that sends its Terminate message and closes does.
+	ShapeFin = Shape{Flight: wire.FlightSize, Msg: wire.MsgSize, Fin: true}
+)
+
+// Shapes names them for the command line.
+var Shapes = map[string]Shape{"std": ShapeStd, "tiny": ShapeTiny, "fin": ShapeFin}
+
+// handshake writes hello and reads an answer of len(flight) bytes into flight.
+func handshake(c net.Conn, hello, flight []byte) error {
 	if _, err := c.Write(hello); err != nil {
 		return fmt.Errorf("write hello: %w", err)
 	}
-	if _, err := io.ReadFull(c, buf[:wire.FlightSize]); err != nil {
+	if _, err := io.ReadFull(c, flight); err != nil {
 		return fmt.Errorf("read flight: %w", err)
 	}
 	return nil
 }
 
-// One makes one complete connection through addr to the echo backend: ClientHello, flight,
-// a 64-byte request and its echo, close (RST).
-func One(addr string, hello, buf []byte) error {
+// One makes one complete connection of ShapeStd through addr to the echo backend.
+func One(addr string, hello, buf []byte) error { return OneShape(addr, hello, buf, ShapeStd) }
+
+// OneShape makes one complete connection of shape s through addr; buf holds at least
+// s.Flight+s.Msg bytes.
+func OneShape(addr string, hello, buf []byte, s Shape) error {
 	c, err := dial(addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(opTimeout))
-	if err := handshake(c, hello, buf); err != nil {
+	if err := handshake(c, hello, buf[:s.Flight]); err != nil {
 		return err
 	}
-	msg := buf[wire.FlightSize : wire.FlightSize+wire.MsgSize]
+	msg := buf[s.Flight : s.Flight+s.Msg]
 	if _, err := c.Write(msg); err != nil {
 		return fmt.Errorf("write request: %w", err)
 	}
 	if _, err := io.ReadFull(c, msg); err != nil {
 		return fmt.Errorf("read response: %w", err)
+	}
+	if !s.Fin {
+		return nil
+	}
+	if err := c.CloseWrite(); err != nil {
+		return fmt.Errorf("half-close: %w", err)
+	}
+	// The backend closes when it reads the FIN; its FIN comes back through the proxy. The
+	// reset that Close then sends (SO_LINGER 0) only spares the client TIME_WAIT.
+	if n, err := c.Read(buf[:1]); err != io.EOF {
+		return fmt.Errorf("after the half-close: %d bytes, %v (want the backend's FIN)", n, err)
 	}
 	return nil
 }
@@ -76,12 +112,12 @@ type ConnsResult struct {
 	Errors  []string `json:"errors,omitempty"` // the first few
 }
 
-// Conns makes n connections with One, conc at a time, stopping early after max or when
+// Conns makes n connections of shape s, conc at a time, stopping early after max or when
 // stop is closed (nil: never).
-func Conns(addr string, hello []byte, n, conc int, max time.Duration, stop <-chan struct{}) ConnsResult {
+func Conns(addr string, hello []byte, s Shape, n, conc int, max time.Duration, stop <-chan struct{}) ConnsResult {
 	return concurrently(n, conc, max, stop, func() func() error {
-		buf := make([]byte, wire.FlightSize+wire.MsgSize)
-		return func() error { return One(addr, hello, buf) }
+		buf := make([]byte, s.Flight+s.Msg)
+		return func() error { return OneShape(addr, hello, buf, s) }
 	})
 }
 
@@ -178,8 +214,7 @@ func Latency(addr string, hello []byte, n, warmup int) (LatencyResult, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(120 * time.Second))
-	buf := make([]byte, wire.FlightSize)
-	if err := handshake(c, hello, buf); err != nil {
+	if err := handshake(c, hello, make([]byte, wire.FlightSize)); err != nil {
 		return LatencyResult{}, err
 	}
 	msg := make([]byte, wire.MsgSize)
@@ -206,6 +241,77 @@ func Latency(addr string, hello []byte, n, warmup int) (LatencyResult, error) {
 	return LatencyResult{N: n, P50: q(0.50), P90: q(0.90), P99: q(0.99), Mean: us(sum) / float64(n), Min: us(d[0]), Max: us(d[len(d)-1])}, nil
 }
 
+// RRResult is the outcome of RR: requests, their rate, and the latency of one request
+// while every connection is busy, in microseconds.
+type RRResult struct {
+	Conns    int     `json:"conns"`
+	Requests int64   `json:"requests"`
+	Seconds  float64 `json:"seconds"`
+	PerSec   float64 `json:"perSec"`
+	P50      float64 `json:"p50"`
+	P99      float64 `json:"p99"`
+}
+
+// RR opens conns connections to the echo backend (ClientHello and flight done) and then,
+// on all of them at once, sends a 64-byte request and reads its echo, again and again,
+// until n requests are answered or max has passed: the shape of a pool of database clients
+// sending small queries. Only the request phase is timed.
+func RR(addr string, hello []byte, conns int, n int64, max time.Duration) (RRResult, error) {
+	open, err := OpenIdle(addr, hello, conns, conns)
+	if err != nil {
+		return RRResult{}, err
+	}
+	defer CloseAll(open)
+	var (
+		next     atomic.Int64
+		firstErr atomic.Value
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		all      []time.Duration
+	)
+	start := time.Now()
+	deadline := start.Add(max)
+	for _, c := range open {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.SetDeadline(deadline.Add(opTimeout))
+			msg := make([]byte, wire.MsgSize)
+			var d []time.Duration
+			for next.Add(1) <= n && firstErr.Load() == nil {
+				t := time.Now()
+				if !t.Before(deadline) {
+					break
+				}
+				if _, err := c.Write(msg); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					break
+				}
+				if _, err := io.ReadFull(c, msg); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					break
+				}
+				d = append(d, time.Since(t))
+			}
+			mu.Lock()
+			all = append(all, d...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return RRResult{}, fmt.Errorf("after %d requests: %w", len(all), err)
+	}
+	if len(all) == 0 {
+		return RRResult{}, errors.New("no request answered")
+	}
+	slices.Sort(all)
+	q := func(p float64) float64 { return float64(all[min(len(all)-1, int(p*float64(len(all))))]) / 1e3 }
+	return RRResult{Conns: conns, Requests: int64(len(all)), Seconds: secs, PerSec: float64(len(all)) / secs,
+		P50: q(0.50), P99: q(0.99)}, nil
+}
+
 // OpenIdle opens n connections to the echo backend (ClientHello and flight done), conc at a
 // time, and returns them open.
 func OpenIdle(addr string, hello []byte, n, conc int) ([]net.Conn, error) {
@@ -226,7 +332,7 @@ func OpenIdle(addr string, hello []byte, n, conc int) ([]net.Conn, error) {
 				c, err := dial(addr)
 				if err == nil {
 					c.SetDeadline(time.Now().Add(opTimeout))
-					err = handshake(c, hello, buf)
+					err = handshake(c, hello, buf[:wire.FlightSize])
 					c.SetDeadline(time.Time{})
 					if err != nil {
 						c.Close()

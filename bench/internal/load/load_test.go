@@ -29,9 +29,20 @@ func TestOperationsDirect(t *testing.T) {
 	echo := serve(t, backend.Echo)
 	bulk := serve(t, backend.Bulk)
 
-	r := Conns(echo, hello, 200, 8, 10*time.Second, nil)
-	if r.OK != 200 || r.Failed != 0 {
-		t.Fatalf("conns: %+v", r)
+	tiny := serve(t, backend.Tiny)
+	for name, s := range Shapes {
+		a := echo
+		if s.Flight == wire.TinyFlightSize {
+			a = tiny
+		}
+		r := Conns(a, hello, s, 200, 8, 10*time.Second, nil)
+		if r.OK != 200 || r.Failed != 0 {
+			t.Fatalf("conns %s: %+v", name, r)
+		}
+	}
+	rr, err := RR(echo, hello, 10, 2000, 10*time.Second)
+	if err != nil || rr.Requests != 2000 || rr.Conns != 10 || rr.P50 <= 0 || rr.P99 < rr.P50 {
+		t.Fatalf("rr: %+v %v", rr, err)
 	}
 	b, err := Bulk(bulk, hello, 8<<20)
 	if err != nil || b.Bytes != 8<<20 {
@@ -52,7 +63,7 @@ func TestConnsCountsFailures(t *testing.T) {
 	// A server that closes at once: every connection fails, none hangs.
 	addr := serve(t, func(c net.Conn) {})
 	hello, _ := wire.ClientHello("x.test")
-	r := Conns(addr, hello, 20, 4, 10*time.Second, nil)
+	r := Conns(addr, hello, ShapeStd, 20, 4, 10*time.Second, nil)
 	if r.OK != 0 || r.Failed != 20 || len(r.Errors) == 0 {
 		t.Fatalf("%+v", r)
 	}
@@ -64,8 +75,26 @@ func TestConnsStops(t *testing.T) {
 	stop := make(chan struct{})
 	time.AfterFunc(200*time.Millisecond, func() { close(stop) })
 	start := time.Now()
-	r := Conns(echo, hello, 1<<30, 4, time.Minute, stop)
+	r := Conns(echo, hello, ShapeStd, 1<<30, 4, time.Minute, stop)
 	if time.Since(start) > 5*time.Second || r.OK == 0 || r.Failed != 0 {
 		t.Fatalf("%+v after %v", r, time.Since(start))
+	}
+}
+
+// A shape that ends with a FIN fails against a server that never closes: the proxy's
+// half-close is what the shape measures, so its absence must not pass.
+func TestFinShapeNeedsTheBackendsFIN(t *testing.T) {
+	hello, _ := wire.ClientHello("echo.bench.test")
+	addr := serve(t, func(c net.Conn) {
+		buf := make([]byte, 4096)
+		wire.ReadRecord(c, buf)
+		c.Write(wire.Flight())
+		n, _ := c.Read(buf)
+		c.Write(buf[:n])
+		time.Sleep(opTimeout + time.Second) // holds the connection open after the client's FIN
+	})
+	r := Conns(addr, hello, ShapeFin, 1, 1, 30*time.Second, nil)
+	if r.OK != 0 || r.Failed != 1 {
+		t.Fatalf("%+v", r)
 	}
 }

@@ -48,6 +48,11 @@ type Spec struct {
 	HostsPerRoute int
 	// Snigate's extra serve flags.
 	SnigateFlags []string
+	// AccessLog turns on each proxy's access log, one line per connection, written the way
+	// each proxy writes it by default: snigate's JSON lines and HAProxy's tcplog lines to
+	// standard output, which the harness sends to a file, nginx's to access.log in Dir.
+	// sniproxy: not supported.
+	AccessLog bool
 }
 
 // Write writes the configuration of kind into s.Dir and returns the command line that
@@ -180,7 +185,10 @@ func writeSnigate(binary string, s Spec) ([]string, error) {
 			return nil, err
 		}
 	}
-	argv := []string{binary, "serve", "-f", s.Dir, "--admin", s.Admin, "--access-log=false", "--log-format", "json"}
+	argv := []string{binary, "serve", "-f", s.Dir, "--admin", s.Admin, "--log-format", "json"}
+	if !s.AccessLog {
+		argv = append(argv, "--access-log=false")
+	}
 	return append(argv, s.SnigateFlags...), nil
 }
 
@@ -236,17 +244,21 @@ func writeHAProxy(binary string, s Spec) ([]string, error) {
 	}
 	cfg := filepath.Join(s.Dir, "haproxy.cfg")
 	w := create(cfg)
+	logGlobal, logDefaults := "", ""
+	if s.AccessLog {
+		logGlobal, logDefaults = "  log stdout format raw local0\n", "  log global\n  option tcplog\n"
+	}
 	w.printf(`global
   maxconn 8000
   nbthread 1
   pidfile %s/haproxy.pid
-
+%s
 defaults
   mode tcp
   timeout connect 5s
   timeout client 60s
   timeout server 60s
-
+%s
 frontend pass
   bind %s
   tcp-request inspect-delay 5s
@@ -256,7 +268,7 @@ frontend pass
   tcp-request content reject unless exact or wild
   use_backend %%[req.ssl_sni,lower,map(%s)] if exact
   use_backend %%[req.ssl_sni,lower,map_end(%s)] if wild
-`, s.Dir, s.Pass, exact, wild, exact, wild)
+`, s.Dir, logGlobal, logDefaults, s.Pass, exact, wild, exact, wild)
 	if s.Term != "" {
 		tm := filepath.Join(s.Dir, "term.map")
 		t := create(tm)
@@ -295,6 +307,11 @@ frontend term
 func writeNginx(binary string, s Spec) ([]string, error) {
 	cfg := filepath.Join(s.Dir, "nginx.conf")
 	w := create(cfg)
+	accessLog := "access_log off; "
+	if s.AccessLog {
+		// The stream module has no default format: this one carries what snigate's line does.
+		accessLog = "access_log " + filepath.Join(s.Dir, "access.log") + " conn; "
+	}
 	w.printf(`load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 daemon off;
 worker_processes 1;
@@ -305,6 +322,8 @@ events { worker_connections 8000; }
 stream {
   map_hash_max_size 262144;
   map_hash_bucket_size 128;
+  log_format conn '$remote_addr [$time_iso8601] $protocol $status $bytes_received $bytes_sent '
+                  '$session_time "$ssl_preread_server_name" "$upstream_addr"';
   map $ssl_preread_server_name $up {
     hostnames;
 `, s.Dir)
@@ -313,9 +332,9 @@ stream {
 	}
 	w.printf(`    default unix:%[1]s/reject.sock;
   }
-  server { listen %[2]s; ssl_preread on; proxy_pass $up; proxy_half_close on; }
+  server { listen %[2]s; ssl_preread on; proxy_pass $up; proxy_half_close on; %[3]s}
   server { listen unix:%[1]s/reject.sock; return ""; }
-`, s.Dir, s.Pass)
+`, s.Dir, s.Pass, accessLog)
 	if s.Term != "" {
 		w.printf("  map $ssl_server_name $termup {\n    hostnames;\n")
 		for _, r := range s.TermRoutes {
@@ -352,6 +371,9 @@ stream {
 func writeSniproxy(binary string, s Spec) ([]string, error) {
 	if s.Forward != "" {
 		return nil, fmt.Errorf("sniproxy: no plain forwarding listener")
+	}
+	if s.AccessLog {
+		return nil, fmt.Errorf("sniproxy: the benchmark does not measure its access log")
 	}
 	cfg := filepath.Join(s.Dir, "sniproxy.conf")
 	w := create(cfg)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,9 +29,19 @@ func spec(t *testing.T, dir string) Spec {
 // Every generator writes a configuration (with the plain forwarding listener where the
 // peer has one); where the peer is installed, the peer accepts it.
 func TestConfigsAreAccepted(t *testing.T) {
-	for _, kind := range Kinds {
-		t.Run(kind, func(t *testing.T) {
+	for _, c := range []struct {
+		kind      string
+		accessLog bool
+	}{{"snigate", false}, {"haproxy", false}, {"nginx", false}, {"sniproxy", false},
+		{"snigate", true}, {"haproxy", true}, {"nginx", true}} {
+		kind := c.kind
+		name := kind
+		if c.accessLog {
+			name += "-access-log"
+		}
+		t.Run(name, func(t *testing.T) {
 			s := spec(t, t.TempDir())
+			s.AccessLog = c.accessLog
 			if kind == "sniproxy" {
 				s.Term = ""
 			}
@@ -52,6 +63,9 @@ func TestConfigsAreAccepted(t *testing.T) {
 			case "nginx":
 				check = append([]string{"nginx", "-t"}, argv[1:]...)
 			case "snigate":
+				if slices.Contains(argv, "--access-log=false") == c.accessLog {
+					t.Fatalf("access log %v: %v", c.accessLog, argv)
+				}
 				b, _ := os.ReadFile(filepath.Join(s.Dir, "routes.yaml"))
 				if strings.Count(string(b), "kind: TLSRoute") != 2 || !strings.Contains(string(b), `"*.w.test"`) {
 					t.Fatalf("routes.yaml:\n%s", b)

@@ -105,7 +105,7 @@ func (r *Results) Markdown(chart, notes string) string {
 		w("Versions: %s.\n", strings.Join(vs, ", "))
 	}
 	w("\nEvery cell is the median over the rounds, with the minimum and maximum in parentheses. Ratios\n")
-	w("compare medians measured in the same run. Run it again with `bench/run.sh` (about %s);\n", "8 minutes")
+	w("compare medians measured in the same run. Run it again with `bench/run.sh` (about %s);\n", "11 minutes")
 	w("`bench/run.sh --smoke` is the one-round version CI runs.\n\n")
 	if len(r.Errors) > 0 {
 		w("**This run had errors** (its numbers are incomplete):\n\n")
@@ -139,6 +139,25 @@ func (r *Results) Markdown(chart, notes string) string {
 	w("a 64-byte request and its echo, close), and connections per second. CPU is the proxy's own,\n")
 	w("from `/proc/PID/task/*/schedstat`; the rate is bounded by the load generator and backend on CPU 0.\n\n")
 	r.table(&b, TConns, []col{{"proxy CPU per connection (µs)", MCPU, 1, 0, true}, {"connections/s", MRate, 1, 0, false}}, Order)
+
+	w("Other shapes, %v connections each, %v at a time: **tiny** (a 64-byte server flight, one byte\n", r.Params["shapeN"], r.Params["concurrency"])
+	w("each way, closed by reset: setup and teardown only) and **fin** (the exchange above, but the client\n")
+	w("half-closes and waits for the backend's FIN to come back through the proxy, as a database client\n")
+	w("that sends its Terminate message does).\n\n")
+	r.table(&b, TShapes, []col{{"tiny: CPU per connection (µs)", MCPUTiny, 1, 0, true}, {"tiny: connections/s", MRateTiny, 1, 0, false},
+		{"fin: CPU per connection (µs)", MCPUFin, 1, 0, true}, {"fin: connections/s", MRateFin, 1, 0, false}}, Order)
+
+	w("With each proxy's access log on, as it comes (the exchange of the first table): snigate's JSON\n")
+	w("lines and HAProxy's `option tcplog` lines on standard output, nginx's `access_log` with a format\n")
+	w("carrying the same fields; each written to a file.\n\n")
+	r.table(&b, TLogs, []col{{"proxy CPU per connection, access log on (µs)", MCPU, 1, 0, true}, {"connections/s", MRate, 1, 0, false}}, Order)
+
+	w("## 1b. Many connections, small requests\n\n%v connections open at once, each sending a 64-byte request\n", r.Params["rrConns"])
+	w("and waiting for its echo, again and again for %v s: a pool of database clients sending small\n", r.Params["rrSeconds"])
+	w("queries. Requests/s is bounded by CPU 0, where the clients and the backend run; proxy CPU per\n")
+	w("request is each proxy's own cost of carrying one request and its response.\n\n")
+	r.table(&b, TRR, []col{{"requests/s", MRate, 1, 0, true}, {"proxy CPU per request (µs)", MCPU, 1, 2, true},
+		{"p50 (µs)", MP50, 1, 0, false}, {"p99 (µs)", MP99, 1, 0, false}}, Order)
 
 	w("## 2. Bulk throughput\n\nOne download of %v over one connection (the direct row is the\n", r.Params["bulkBytes"])
 	w("machine's limit); proxy CPU seconds per GiB moved.\n\n")

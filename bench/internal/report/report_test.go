@@ -19,6 +19,12 @@ func sample() *Results {
 		r.Add(TPG, MTPSRatio, "snigate", "ratio", 0.98)
 		r.Add(TPG, MTPSRatio, "haproxy", "ratio", 0.91)
 		r.Add(TPG, MTPSRatio, "nginx", "ratio", 0.93)
+		r.Add(TRR, MRate, "snigate", "requests/s", 50000)
+		r.Add(TRR, MRate, "haproxy", "requests/s", 52000)
+		r.Add(TLogs, MCPU, "snigate", "µs", 100)
+		r.Add(TLogs, MCPU, "haproxy", "µs", 110)
+		r.Add(TShapes, MCPUFin, "snigate", "µs", 90)
+		r.Add(TShapes, MCPUFin, "haproxy", "µs", 100) // 90 > 0.9 × 100 is false: met exactly
 	}
 	r.Add(TConns, MCPU, "sniproxy", "µs", math.NaN()) // dropped
 	r.Micro = []Micro{{Name: "BenchmarkParse/go-tls13", NsPerOp: 150}, {Name: "BenchmarkLookup/exact/1", AllocsPerOp: 1}}
@@ -39,13 +45,15 @@ func TestMedianAndTargets(t *testing.T) {
 		t.Fatal("NaN recorded")
 	}
 	want := map[string]bool{
-		"proxy CPU per connection ≤ nginx's":                              false, // 100 vs 81
-		"proxy CPU per connection ≤ 0.8 × HAProxy's":                      false, // 100 vs 96
-		"2 file descriptors per connection":                               true,
-		"zero failed connections across reloads":                          true,
-		"pgbench through the bridge ≥ 0.97 × direct TLS":                  true,
-		"ClientHello parse: 0 allocs, < 200 ns (BenchmarkParse/go-tls13)": true,
-		"route lookup: 0 allocs (BenchmarkLookup/exact/1)":                false,
+		"proxy CPU per connection ≤ 0.9 × the best peer's":                                false, // 100 vs nginx 81
+		"proxy CPU per connection ≤ 0.9 × the best peer's (fin shape)":                    true,  // 90 vs 0.9 × 100
+		"requests/s ≥ the best peer's":                                                    false, // 50 000 vs 52 000
+		"with access logs on: proxy CPU per connection ≤ the best peer's with its log on": true,
+		"2 file descriptors per connection":                                               true,
+		"zero failed connections across reloads":                                          true,
+		"pgbench (TPC-B-like) through the bridge ≥ the best peer forwarding plain TCP":    true, // 0.98 vs 0.93
+		"ClientHello parse: 0 allocs, < 200 ns (BenchmarkParse/go-tls13)":                 true,
+		"route lookup: 0 allocs (BenchmarkLookup/exact/1)":                                false,
 	}
 	for _, tg := range r.Targets {
 		if w, ok := want[tg.Goal]; ok {
@@ -59,7 +67,7 @@ func TestMedianAndTargets(t *testing.T) {
 		t.Errorf("target %q not evaluated", g)
 	}
 	for _, tg := range r.Targets {
-		if tg.Area == "PostgreSQL" && !strings.Contains(tg.Value, "the best peer forwarding plain TCP: nginx ×0.930") {
+		if tg.Area == "PostgreSQL" && !strings.Contains(tg.Value, "vs nginx ×0.930") {
 			t.Errorf("PostgreSQL target does not name the best peer: %q", tg.Value)
 		}
 	}

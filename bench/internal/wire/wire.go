@@ -7,6 +7,7 @@
 //
 //	echo port:  C: ClientHello   S: Flight bytes   then S echoes every byte C sends
 //	bulk port:  C: ClientHello, 8-byte big-endian N   S: N bytes, then waits for C's close
+//	tiny port:  C: ClientHello   S: TinyFlightSize bytes   then S echoes every byte C sends
 //
 // A real TLS echo (crypto/tls) listens beside them so that the runner can prove, through
 // every proxy, that the bytes really pass through untouched (the client sees the backend's
@@ -29,6 +30,9 @@ const (
 	// flight with an ECDSA certificate (ServerHello, EncryptedExtensions, Certificate,
 	// CertificateVerify, Finished).
 	FlightSize = 2000
+	// TinyFlightSize is the tiny port's answer: the smallest server flight, one record, for
+	// the connection shape where setup and teardown are all there is.
+	TinyFlightSize = 64
 	// MsgSize is the size of the request and response after the flight, and of the latency
 	// test's echo.
 	MsgSize = 64
@@ -50,6 +54,15 @@ func Flight() []byte {
 	at = put(at, 0x14, 1)   // ChangeCipherSpec
 	b[at-1] = 1
 	put(at, 0x17, FlightSize-at-5) // the encrypted rest of the flight
+	return b
+}
+
+// TinyFlight returns the tiny port's answer: TinyFlightSize bytes framed as one
+// ServerHello record.
+func TinyFlight() []byte {
+	b := make([]byte, TinyFlightSize)
+	b[0], b[1], b[2] = 0x16, 3, 3
+	binary.BigEndian.PutUint16(b[3:], TinyFlightSize-5)
 	return b
 }
 
