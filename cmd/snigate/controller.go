@@ -61,10 +61,12 @@ func runController(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("controller: unexpected arguments %q", fs.Args())
 	}
-	log, err := rf.logger()
+	lg, err := rf.logs()
 	if err != nil {
 		return err
 	}
+	defer lg.close()
+	log := lg.log
 	var local netip.Prefix
 	if *localAddrs != "" {
 		if local, err = netip.ParsePrefix(*localAddrs); err != nil {
@@ -90,10 +92,11 @@ func runController(args []string) error {
 		return err
 	}
 	m := metrics.New()
+	lg.metrics(m)
 	var p *proxy.Proxy
 	var apply func(*snapshot.Snapshot) error
 	if *serveProxy {
-		p = proxy.New(rf.proxyOptions(m, log))
+		p = proxy.New(rf.proxyOptions(m, lg))
 		apply = p.Apply
 	}
 	c, err := cluster.New(cluster.Config{

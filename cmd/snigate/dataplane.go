@@ -49,16 +49,19 @@ func runDataplane(args []string) error {
 	if *gateway == "" {
 		return errors.New("dataplane: --gateway namespace/name is required")
 	}
-	log, err := rf.logger()
+	lg, err := rf.logs()
 	if err != nil {
 		return err
 	}
+	defer lg.close()
+	log := lg.log
 	rc, err := restConfig(*kubeconfig)
 	if err != nil {
 		return err
 	}
 	m := metrics.New()
-	p := proxy.New(rf.proxyOptions(m, log))
+	lg.metrics(m)
+	p := proxy.New(rf.proxyOptions(m, lg))
 	c, err := cluster.New(cluster.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: p.Apply, Metrics: m, ReadOnly: true, Logger: log,

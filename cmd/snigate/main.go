@@ -21,6 +21,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/echo"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
@@ -92,20 +93,48 @@ type pathsFlag []string
 func (p *pathsFlag) String() string     { return strings.Join(*p, ",") }
 func (p *pathsFlag) Set(v string) error { *p = append(*p, v); return nil }
 
-func newLogger(format, level string) (*slog.Logger, error) {
+// logs is a command's log output: every line goes to standard error, the access log's
+// batched (package accesslog), the others at once and in order with them.
+type logs struct {
+	log    *slog.Logger
+	access *accesslog.Logger // nil: --access-log=false, or a level above info
+	sink   *accesslog.Sink
+}
+
+func newLogs(format, level string, access bool) (*logs, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	var af accesslog.Format
 	switch format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		af = accesslog.JSON
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		af = accesslog.Text
+	default:
+		return nil, fmt.Errorf("--log-format must be json or text, not %q", format)
 	}
-	return nil, fmt.Errorf("--log-format must be json or text, not %q", format)
+	l := &logs{sink: accesslog.NewSink(os.Stderr, accesslog.SinkOptions{Format: af})}
+	opts := &slog.HandlerOptions{Level: lv}
+	if af == accesslog.JSON {
+		l.log = slog.New(slog.NewJSONHandler(l.sink.Direct(), opts))
+	} else {
+		l.log = slog.New(slog.NewTextHandler(l.sink.Direct(), opts))
+	}
+	if access && lv <= slog.LevelInfo {
+		l.access = accesslog.New(l.sink, af)
+	}
+	return l, nil
 }
+
+// metrics exports the count of access lines dropped because standard error was too slow.
+func (l *logs) metrics(m *metrics.Metrics) {
+	m.AccessLogDropped(func() float64 { return float64(l.sink.Dropped()) })
+}
+
+// close writes the access lines still waiting.
+func (l *logs) close() { l.sink.Close() }
 
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -120,13 +149,16 @@ func serve(args []string) error {
 	if len(paths) == 0 {
 		return fmt.Errorf("serve: -f PATH is required")
 	}
-	log, err := rf.logger()
+	lg, err := rf.logs()
 	if err != nil {
 		return err
 	}
+	defer lg.close()
+	log := lg.log
 	slog.SetDefault(log)
 	m := metrics.New()
-	p := proxy.New(rf.proxyOptions(m, log))
+	lg.metrics(m)
+	p := proxy.New(rf.proxyOptions(m, lg))
 	r := standalone.New(standalone.Config{
 		Paths: paths, Proxy: p, Metrics: m, Logger: log,
 		Translate: translate.Options{DefaultBindAddress: *rf.bind, BindPorts: bindPorts},

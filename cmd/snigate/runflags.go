@@ -48,13 +48,13 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 	}
 }
 
-func (f *runFlags) logger() (*slog.Logger, error) { return newLogger(*f.logFormat, *f.logLevel) }
+func (f *runFlags) logs() (*logs, error) { return newLogs(*f.logFormat, *f.logLevel, *f.accessLog) }
 
-func (f *runFlags) proxyOptions(m *metrics.Metrics, log *slog.Logger) proxy.Options {
+func (f *runFlags) proxyOptions(m *metrics.Metrics, lg *logs) proxy.Options {
 	return proxy.Options{
 		HelloTimeout: *f.helloTimeout, HelloMaxBytes: *f.helloMax, DialTimeout: *f.dialTimeout,
-		IdleTimeout: *f.idleTimeout, KeepAlive: *f.keepAlive, AccessLog: *f.accessLog,
-		Metrics: m, Logger: log,
+		IdleTimeout: *f.idleTimeout, KeepAlive: *f.keepAlive, AccessLog: lg.access,
+		Metrics: m, Logger: lg.log,
 	}
 }
 

@@ -97,6 +97,15 @@ func (c *Conditions) Collect(ch chan<- prometheus.Metric) {
 
 // New creates the collectors and registers them, with the Go and process collectors, in a
 // fresh registry.
+// AccessLogDropped exports dropped, the count of access log lines dropped because the log
+// output could not keep up, as snigate_access_log_dropped_lines_total.
+func (m *Metrics) AccessLogDropped(dropped func() float64) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "snigate_access_log_dropped_lines_total",
+		Help: "Access log lines dropped because the log output (standard error) could not keep up.",
+	}, dropped))
+}
+
 func New() *Metrics {
 	r := prometheus.NewRegistry()
 	m := &Metrics{

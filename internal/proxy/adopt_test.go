@@ -75,7 +75,7 @@ func TestAdoptedPassthroughIPv6(t *testing.T) {
 	cert := selfSigned(t, "a.test")
 	ea := backend(t, "A", &cert)
 	log := &testutil.SyncBuffer{}
-	p := New(Options{Metrics: metrics.New(), AccessLog: true, Logger: slog.New(slog.NewTextHandler(log, nil))})
+	p := New(Options{Metrics: metrics.New(), AccessLog: testAccessLog(t, log), Logger: slog.New(slog.NewTextHandler(log, nil))})
 	t.Cleanup(func() { p.Shutdown(t.Context()) })
 	snap := snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
 		"": passthrough("gw/one", map[string]*snapshot.Route{"a.test": route("a", ea)})})})
@@ -103,7 +103,7 @@ func TestAdoptedPassthroughIPv6(t *testing.T) {
 // A drain cut-off ends connections the relay holds before their ClientHello came, and
 // Shutdown returns.
 func TestShutdownCutsUnroutedConnections(t *testing.T) {
-	p := New(Options{Metrics: metrics.New(), AccessLog: true, Logger: testLogger(t)})
+	p := New(Options{Metrics: metrics.New(), AccessLog: testAccessLog(t, tWriter{t}), Logger: testLogger(t)})
 	addr := freeAddr(t)
 	cert := selfSigned(t, "a.test")
 	snap := snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
@@ -156,7 +156,7 @@ func TestShutdownCutsReleasedThenRelayed(t *testing.T) {
 			}()
 		}
 	}()
-	p := New(Options{Metrics: metrics.New(), AccessLog: true, Logger: testLogger(t)})
+	p := New(Options{Metrics: metrics.New(), AccessLog: testAccessLog(t, tWriter{t}), Logger: testLogger(t)})
 	addr := freeAddr(t)
 	snap := snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
 		"": passthrough("gw/pg", map[string]*snapshot.Route{"db.test": route("db", mustAddrPort(bln.Addr().String()))})})})

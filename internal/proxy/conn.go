@@ -148,7 +148,7 @@ func (c *conn) serveFD(fd int, pre []byte) {
 	if err != nil {
 		unix.Close(fd)
 		c.p.log.Warn("accepted socket unusable", "address", c.pl.addr, "error", err)
-		c.p.rejected(c.pl.addr, c.peer.String(), reasonAcceptFailed, "", c.start, c.negotiation)
+		c.p.rejected(c.pl.addr, c.peer, reasonAcceptFailed, "", c.start, c.negotiation)
 		c.unregister()
 		return
 	}
@@ -252,13 +252,13 @@ func (c *conn) releaseHello() {
 }
 
 // rejected counts and logs a connection closed without a byte written.
-func (p *Proxy) rejected(addr, client string, reason outcome, sni string, start time.Time, negotiation negotiation) {
+func (p *Proxy) rejected(addr string, client netip.AddrPort, reason outcome, sni string, start time.Time, negotiation negotiation) {
 	p.m.Rejected.WithLabelValues(string(reason)).Inc()
 	p.m.Connections.WithLabelValues(addr, "", "", string(negotiation), string(reason)).Inc()
-	if p.opts.AccessLog {
-		p.log.Info("connection rejected", "client", client, "address", addr,
-			"negotiation", string(negotiation), "sni", sni, "outcome", string(reason),
-			"duration", time.Since(start))
+	if al := p.opts.AccessLog; al != nil {
+		al.Begin("connection rejected").AddrPort("client", client).Str("address", addr).
+			Str("negotiation", string(negotiation)).Str("sni", sni).Str("outcome", string(reason)).
+			Dur("duration", time.Since(start)).End()
 	}
 }
 
@@ -529,16 +529,17 @@ func (c *conn) closeAndRecord(o outcome) {
 		ec.in.Add(float64(c.in))
 		ec.out.Add(float64(c.out))
 	}
-	if p.opts.AccessLog {
-		args := []any{"client", c.clientAddr(), "address", c.pl.addr,
-			"listener", c.listener, "negotiation", string(c.negotiation), "sni", c.sni, "route", c.route,
-			"backend", c.backendName, "endpoint", c.endpoint(), "bytes_in", c.in, "bytes_out", c.out,
-			"duration", time.Since(c.start), "outcome", string(o)}
+	if al := p.opts.AccessLog; al != nil {
+		e := al.Begin("connection").AddrPort("client", c.peer).Str("address", c.pl.addr).
+			Str("listener", c.listener).Str("negotiation", string(c.negotiation)).Str("sni", c.sni).
+			Str("route", c.route).Str("backend", c.backendName).AddrPort("endpoint", c.endpointAddr).
+			Int("bytes_in", c.in).Int("bytes_out", c.out).Dur("duration", time.Since(c.start)).
+			Str("outcome", string(o))
 		if via := c.via(); via.IsValid() {
 			// The load balancer the client came through (its PROXY header gave "client").
-			args = append(args, "via", via.String())
+			e.AddrPort("via", via)
 		}
-		p.log.Info("connection", args...)
+		e.End()
 	}
 }
 
@@ -707,10 +708,6 @@ func (p *Proxy) endCounters(k endKey) *endCounters {
 	return ec
 }
 
-// clientAddr is the client's address for logs: the PROXY header's, when a trusted load
-// balancer sent one.
-func (c *conn) clientAddr() string { return c.peer.String() }
-
 // tcpPeer is the address the connection came from: the load balancer's, after a header.
 func (c *conn) tcpPeer() netip.Addr {
 	if c.px != nil && c.px.via.IsValid() {
@@ -794,7 +791,7 @@ func offeredALPN(hello []byte) string {
 // reject closes the connection without writing a byte, and counts and logs why.
 func (c *conn) reject(reason outcome, sni string) {
 	c.client.Close()
-	c.p.rejected(c.pl.addr, c.clientAddr(), reason, sni, c.start, c.negotiation)
+	c.p.rejected(c.pl.addr, c.peer, reason, sni, c.start, c.negotiation)
 }
 
 // endpoint is the backend address for logs ("" before one was dialed). Formatted only when

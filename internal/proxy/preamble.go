@@ -160,9 +160,13 @@ func (c *conn) forwardCancel(packet []byte) {
 	}
 	c.client.Close()
 	c.p.m.Connections.WithLabelValues(c.pl.addr, "", "", string(c.negotiation), string(outcomePGCancelForwarded)).Inc()
-	if c.p.opts.AccessLog {
-		c.p.log.Info("connection", "client", c.client.RemoteAddr().String(), "address", c.pl.addr,
-			"negotiation", string(c.negotiation), "outcome", string(outcomePGCancelForwarded), "endpoints", len(eps),
-			"duration", time.Since(c.start))
+	if al := c.p.opts.AccessLog; al != nil {
+		e := al.Begin("connection").AddrPort("client", c.peer).Str("address", c.pl.addr).
+			Str("negotiation", string(c.negotiation)).Str("outcome", string(outcomePGCancelForwarded)).
+			Int("endpoints", int64(len(eps))).Dur("duration", time.Since(c.start))
+		if via := c.via(); via.IsValid() {
+			e.AddrPort("via", via)
+		}
+		e.End()
 	}
 }

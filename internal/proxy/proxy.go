@@ -44,6 +44,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/httpproxy"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/relay"
@@ -69,8 +70,9 @@ type Options struct {
 	// (3 failures, 10 s).
 	EjectAfter int
 	EjectFor   time.Duration
-	// AccessLog writes one log line per connection, and per HTTP request, when true.
-	AccessLog bool
+	// AccessLog, when set, gets one line per connection; HTTP requests get one line each
+	// through Logger.
+	AccessLog *accesslog.Logger
 	// HTTPReadHeaderTimeout bounds the time to read an HTTP request's headers (10 s): slow
 	// clients cannot hold connections open by trickling headers.
 	HTTPReadHeaderTimeout time.Duration
@@ -172,7 +174,7 @@ func New(opts Options) *Proxy {
 	p.httpHandler = httpproxy.New(httpproxy.Options{
 		Snapshot:    p.snap.Load,
 		DialTimeout: opts.DialTimeout,
-		AccessLog:   opts.AccessLog,
+		AccessLog:   opts.AccessLog != nil,
 		Metrics:     opts.Metrics,
 		Logger:      opts.Logger,
 	})
@@ -382,7 +384,7 @@ func (p *Proxy) serve(pl *portListener) {
 		if port.MaxConnections > 0 && n > int64(port.MaxConnections) {
 			pl.active.Add(-1)
 			unix.Close(fd)
-			p.rejected(pl.addr, peer.String(), reasonLimit, "", time.Now(), "")
+			p.rejected(pl.addr, peer, reasonLimit, "", time.Now(), "")
 			continue
 		}
 		p.conns.Add(1)

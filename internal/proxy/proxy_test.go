@@ -22,6 +22,7 @@ import (
 	pp "github.com/pires/go-proxyproto"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/pgwire"
 	"github.com/snigate/snigate/internal/proxyproto"
@@ -118,7 +119,7 @@ func route(name string, eps ...netip.AddrPort) *snapshot.Route {
 
 func newProxy(t *testing.T) *Proxy {
 	t.Helper()
-	p := New(Options{Metrics: metrics.New(), HelloTimeout: 2 * time.Second, DialTimeout: time.Second, AccessLog: true, Logger: testLogger(t)})
+	p := New(Options{Metrics: metrics.New(), HelloTimeout: 2 * time.Second, DialTimeout: time.Second, AccessLog: testAccessLog(t, tWriter{t}), Logger: testLogger(t)})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -345,6 +346,13 @@ func TestDialFailoverAndEjection(t *testing.T) {
 // testLogger sends the proxy's logs to t.Log, so they show only for failing tests.
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// testAccessLog writes access lines to w within a millisecond, in slog's text format.
+func testAccessLog(t *testing.T, w io.Writer) *accesslog.Logger {
+	s := accesslog.NewSink(w, accesslog.SinkOptions{FlushDelay: time.Millisecond, Format: accesslog.Text})
+	t.Cleanup(func() { s.Close() })
+	return accesslog.New(s, accesslog.Text)
 }
 
 type tWriter struct{ t *testing.T }

@@ -138,7 +138,7 @@ func (router) Done(tag any, res relay.Result) {
 		c.backendMu.Lock()
 		c.pair, c.relayEnded = nil, true
 		c.backendMu.Unlock()
-		c.p.rejected(c.pl.addr, c.peer.String(), reasonDialFailed, c.sni, c.start, c.negotiation)
+		c.p.rejected(c.pl.addr, c.peer, reasonDialFailed, c.sni, c.start, c.negotiation)
 		c.unregister()
 		return
 	}
