@@ -80,7 +80,7 @@ func (l *loop) run() {
 	// The callback handles what is ready and returns false, which makes Go's poller park
 	// this goroutine until the epoll fd is readable again; it returns only when closed.
 	for {
-		if err := l.rc.Read(func(uintptr) bool { l.turn(); return false }); err != nil {
+		if err := l.rc.Read(l.wake); err != nil {
 			return
 		}
 	}
@@ -93,9 +93,37 @@ func (l *loop) kick() {
 	writeRetry(l.efd, one[:])
 }
 
+// repollMin and repollMax bound how a wake-up asks its epoll set again before parking.
+// Under many busy connections new events arrive while a batch is handled: asking again
+// costs one epoll_wait, while parking costs a scheduler round and Go's own epoll_wait
+// before the next turn. A batch of fewer than repollMin events (one connection's
+// exchange) parks at once, as the new asking would mostly come back empty; repollMax
+// turns in a row let the runtime's other goroutines (accepts, timers) in between.
+const (
+	repollMin = 2
+	repollMax = 8
+)
+
+// wake is the loop's Go-poller callback: turns until the set is quiet, then parks (false).
+func (l *loop) wake(uintptr) bool {
+	for i := 1; ; i++ {
+		n, more := l.turn()
+		if more {
+			// More is waiting (a full batch, pairs with bytes left): come back after the
+			// runtime has run what else is runnable, including its own network poller.
+			l.kick()
+			return false
+		}
+		if n < repollMin || i == repollMax {
+			return false
+		}
+	}
+}
+
 // turn handles one batch of events, the pairs Stop asked to end and the pairs left over
-// from the previous turn.
-func (l *loop) turn() {
+// from the previous turn. It returns how many events the batch had, and whether work is
+// left that needs another turn soon.
+func (l *loop) turn() (int, bool) {
 	n, err := epollPoll(l.epfd, l.events[:])
 	if err != nil {
 		n = 0 // EINTR: the pairs left over still get their turn; the kick below retries
@@ -144,9 +172,5 @@ func (l *loop) turn() {
 		work[i] = nil
 	}
 	l.work = work[:0]
-	// More may be waiting (a full batch, pairs with bytes left): come back after the
-	// runtime has run what else is runnable, including its own network poller.
-	if n == len(l.events) || len(l.ready) > 0 || err != nil {
-		l.kick()
-	}
+	return n, n == len(l.events) || len(l.ready) > 0 || err != nil
 }
