@@ -67,6 +67,13 @@ func TestMedianAndTargets(t *testing.T) {
 		t.Errorf("target %q not evaluated", g)
 	}
 	for _, tg := range r.Targets {
+		// Rounds: snigate 100, 90, 110 against nginx 80, 81, 82; 0.98 against 0.93 three times.
+		if tg.Goal == "proxy CPU per connection ≤ 0.9 × the best peer's" && !strings.Contains(tg.Value, "per round ×1.25, ahead in 0 of 3") {
+			t.Errorf("no per-round ratio: %q", tg.Value)
+		}
+		if tg.Area == "PostgreSQL" && !strings.Contains(tg.Value, "per round ×1.05, ahead in 3 of 3") {
+			t.Errorf("no per-round ratio: %q", tg.Value)
+		}
 		if tg.Area == "PostgreSQL" && !strings.Contains(tg.Value, "vs nginx ×0.930") {
 			t.Errorf("PostgreSQL target does not name the best peer: %q", tg.Value)
 		}
