@@ -310,17 +310,11 @@ func (e *Entry) AddrPort(k string, v netip.AddrPort) *Entry {
 	if !v.IsValid() {
 		return e.Str(k, "")
 	}
-	e.key(k)
-	// An address's text needs no escaping; only IPv6 zones could, and those are quoted
-	// the slow way.
+	// An address's text needs no escaping; only an IPv6 zone could, so those go the slow way.
 	if v.Addr().Zone() != "" {
-		if e.l.format == JSON {
-			e.buf = appendJSONString(e.buf, v.String())
-		} else {
-			e.buf = appendTextString(e.buf, v.String())
-		}
-		return e
+		return e.Str(k, v.String())
 	}
+	e.key(k)
 	if e.l.format == JSON {
 		e.buf = append(e.buf, '"')
 		e.buf = v.AppendTo(e.buf)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/clienthello"
 	"github.com/snigate/snigate/internal/proxyproto"
 	"github.com/snigate/snigate/internal/relay"
@@ -535,12 +536,17 @@ func (c *conn) closeAndRecord(o outcome) {
 			Str("route", c.route).Str("backend", c.backendName).AddrPort("endpoint", c.endpointAddr).
 			Int("bytes_in", c.in).Int("bytes_out", c.out).Dur("duration", time.Since(c.start)).
 			Str("outcome", string(o))
-		if via := c.via(); via.IsValid() {
-			// The load balancer the client came through (its PROXY header gave "client").
-			e.AddrPort("via", via)
-		}
-		e.End()
+		c.endLine(e)
 	}
+}
+
+// endLine ends an access line of c: with "via", the load balancer the client came through
+// (its PROXY header gave "client"), when there was one.
+func (c *conn) endLine(e *accesslog.Entry) {
+	if via := c.via(); via.IsValid() {
+		e.AddrPort("via", via)
+	}
+	e.End()
 }
 
 func (c *conn) closeAll() {

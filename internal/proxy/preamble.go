@@ -164,9 +164,6 @@ func (c *conn) forwardCancel(packet []byte) {
 		e := al.Begin("connection").AddrPort("client", c.peer).Str("address", c.pl.addr).
 			Str("negotiation", string(c.negotiation)).Str("outcome", string(outcomePGCancelForwarded)).
 			Int("endpoints", int64(len(eps))).Dur("duration", time.Since(c.start))
-		if via := c.via(); via.IsValid() {
-			e.AddrPort("via", via)
-		}
-		e.End()
+		c.endLine(e)
 	}
 }

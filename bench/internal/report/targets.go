@@ -76,12 +76,12 @@ func (r *Results) best(test, name string, peers []string, lower bool) (string, f
 // ratio of medians does not), and in how many rounds snigate was ahead. Empty when the
 // rounds cannot be paired. The targets are judged on the ratio of medians; this says how
 // much of a margin the machine's drift can explain.
-func (r *Results) paired(test, name, peer string) string {
+// lower says that less is better, as for best.
+func (r *Results) paired(test, name, peer string, lower bool) string {
 	a, b := r.Get(test, name, "snigate"), r.Get(test, name, peer)
 	if a == nil || b == nil || len(a.Values) != len(b.Values) || len(a.Values) < 2 {
 		return ""
 	}
-	lower := !higherIsBetter[name]
 	ratios := make([]float64, 0, len(a.Values))
 	ahead := 0
 	for i := range a.Values {
@@ -95,11 +95,6 @@ func (r *Results) paired(test, name, peer string) string {
 	}
 	return fmt.Sprintf("; per round ×%.2f, ahead in %d of %d", Median(ratios), ahead, len(ratios))
 }
-
-// higherIsBetter lists the metrics where more is better (rates, throughput, ratios to
-// direct); for the others (CPU, latency, memory) less is.
-var higherIsBetter = map[string]bool{MRate: true, MRateTiny: true, MRateFin: true, MGBps: true,
-	MTPS: true, MTPSSelect: true, MTPSRatio: true, MTPSRatioSelect: true}
 
 // atMost builds a target "value ≤ limit".
 func atMost(area, goal string, v, limit float64, what string) Target {
@@ -150,21 +145,21 @@ func (r *Results) Evaluate() {
 		p, b, okp := r.best(c.test, c.metric, Peers, true)
 		if ok && okp {
 			add(atMost("new connections", "proxy CPU per connection ≤ 0.9 × the best peer's"+c.shape, v, 0.9*b,
-				fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f%s)", v, p, b, v/b, r.paired(c.test, c.metric, p))))
+				fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f%s)", v, p, b, v/b, r.paired(c.test, c.metric, p, true))))
 		}
 	}
 	// With the access logs on, as each proxy comes: a default install must still be ahead.
 	if v, ok := r.Med(TLogs, MCPU, s); ok {
 		if p, b, ok := r.best(TLogs, MCPU, Peers, true); ok {
 			add(atMost("new connections", "with access logs on: proxy CPU per connection ≤ the best peer's with its log on", v, b,
-				fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f%s)", v, p, b, v/b, r.paired(TLogs, MCPU, p))))
+				fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f%s)", v, p, b, v/b, r.paired(TLogs, MCPU, p, true))))
 		}
 	}
 
 	// 1b. Many connections, small requests.
 	if v, ok := r.Med(TRR, MRate, s); ok {
 		if p, b, ok := r.best(TRR, MRate, Peers, false); ok {
-			what := fmt.Sprintf("%.0f/s vs %s %.0f/s (×%.2f%s)", v, p, b, v/b, r.paired(TRR, MRate, p))
+			what := fmt.Sprintf("%.0f/s vs %s %.0f/s (×%.2f%s)", v, p, b, v/b, r.paired(TRR, MRate, p, false))
 			if c, ok := r.Med(TRR, MCPU, s); ok {
 				if pc, ok := r.Med(TRR, MCPU, p); ok {
 					what += fmt.Sprintf("; CPU per request %.1f vs %.1f µs", c, pc)
@@ -177,7 +172,7 @@ func (r *Results) Evaluate() {
 	// 2. Bulk.
 	if v, ok := r.Med(TBulk, MGBps, s); ok {
 		if p, b, ok := r.best(TBulk, MGBps, Peers, false); ok {
-			what := fmt.Sprintf("%.2f GB/s vs %s %.2f GB/s (×%.2f%s)", v, p, b, v/b, r.paired(TBulk, MGBps, p))
+			what := fmt.Sprintf("%.2f GB/s vs %s %.2f GB/s (×%.2f%s)", v, p, b, v/b, r.paired(TBulk, MGBps, p, false))
 			if d, ok := r.Med(TBulk, MGBps, "direct"); ok {
 				what += fmt.Sprintf("; direct %.2f GB/s", d)
 			}
@@ -197,7 +192,7 @@ func (r *Results) Evaluate() {
 		p, b, okp := r.best(TLatency, m.name, Peers, true)
 		if ok && okp {
 			add(atMost("latency", "added "+m.label+" ≤ the best peer's", v, b,
-				fmt.Sprintf("+%.0f µs vs %s +%.0f µs%s", v, p, b, r.paired(TLatency, m.name, p))))
+				fmt.Sprintf("+%.0f µs vs %s +%.0f µs%s", v, p, b, r.paired(TLatency, m.name, p, true))))
 		}
 	}
 
@@ -279,7 +274,7 @@ func (r *Results) Evaluate() {
 		v, ok := r.Med(TPG, pg.metric, s)
 		p, b, okp := r.best(TPG, pg.metric, []string{"haproxy", "nginx"}, false)
 		if ok && okp {
-			add(atLeast("PostgreSQL", pg.goal, v, b, fmt.Sprintf("×%.3f of direct vs %s ×%.3f%s", v, p, b, r.paired(TPG, pg.metric, p))))
+			add(atLeast("PostgreSQL", pg.goal, v, b, fmt.Sprintf("×%.3f of direct vs %s ×%.3f%s", v, p, b, r.paired(TPG, pg.metric, p, false))))
 		}
 	}
 
