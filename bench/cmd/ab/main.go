@@ -1,0 +1,546 @@
+// Command ab measures one test of the benchmark against a few proxies, or two builds of
+// snigate, in many alternating rounds: the tool for the before-and-after numbers of a change
+// to the data path, which a full bench/run.sh is too coarse and too slow for.
+//
+//	go build -o /tmp/ab ./bench/cmd/ab && go build -o /tmp/ ./bench/cmd/loadgen ./bench/cmd/backend
+//	/tmp/ab --loadgen /tmp/loadgen --backend /tmp/backend --test latency --rounds 9 \
+//	    direct before=/tmp/snigate-main after=bin/snigate nginx
+//
+// A target is direct (no proxy), haproxy, nginx, sniproxy, or NAME=PATH: a snigate binary.
+// The layout is the harness's: the backend and the load generator on CPU 0, each proxy on
+// CPU 1 (moved to CPU 0 for the latency test, as bench/run.sh does), all started once and
+// measured in turn, in an order rotated every round. Each round prints one line per target;
+// the end prints, per metric, the median (min–max) of every target and the median of its
+// per-round ratios to the first proxy target.
+//
+// Tests: latency (one connection, 64-byte round trips), conns, tiny, fin (new connections of
+// each shape, 16 at a time), rr (many connections, small requests), bulk (one download), pg
+// and pgs (pgbench TPC-B-like and -S against a private PostgreSQL on CPU 0, through
+// snigate's SSLRequest bridge and through HAProxy and nginx forwarding plain TCP, as the
+// harness runs it).
+// Besides each test's own numbers it reports the proxy's CPU time and its context switches
+// (voluntary and not, from /proc) per operation. Needs root for nothing but the peers'
+// default paths; runs as any user that may start them.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/snigate/snigate/bench/internal/load"
+	"github.com/snigate/snigate/bench/internal/peers"
+	"github.com/snigate/snigate/bench/internal/pgsrv"
+	"github.com/snigate/snigate/bench/internal/proc"
+	"github.com/snigate/snigate/bench/internal/procstat"
+	"github.com/snigate/snigate/bench/internal/wire"
+	"github.com/snigate/snigate/internal/testutil/fixture"
+)
+
+const (
+	sniEcho = "echo.bench.test"
+	sniTiny = "tiny.bench.test"
+	sniBulk = "bulk.bench.test"
+	sniPG   = "pg.bench.test"
+)
+
+type target struct {
+	name, kind, bin string
+	spec            peers.Spec
+	proc            *proc.Proc
+}
+
+// sample is one target's numbers in one round, by metric.
+type sample map[string]float64
+
+func main() {
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("ab: ")
+	loadgen := flag.String("loadgen", "", "loadgen binary (bench/cmd/loadgen)")
+	backend := flag.String("backend", "", "backend binary (bench/cmd/backend)")
+	test := flag.String("test", "latency", "latency, conns, tiny, fin, rr or bulk")
+	rounds := flag.Int("rounds", 7, "rounds")
+	n := flag.Int("n", 0, "operations per measurement (default: the full harness's)")
+	conc := flag.Int("c", 0, "concurrent connections (conns: 16, rr: 50)")
+	rrTime := flag.Duration("rr-time", 2*time.Second, "rr: how long each measurement sends")
+	flags := flag.String("snigate-flags", "", "extra serve flags for every snigate target, space-separated")
+	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation (perf stat)")
+	keep := flag.Bool("keep", false, "keep the work folder")
+	flag.Parse()
+	if *loadgen == "" || *backend == "" || flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: ab --loadgen BIN --backend BIN [--test T] [--rounds N] TARGET...")
+		os.Exit(2)
+	}
+	work, err := os.MkdirTemp("", "snigate-ab-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	os.Chmod(work, 0o755)
+	if !*keep {
+		defer os.RemoveAll(work)
+	}
+	var running []*proc.Proc
+	defer func() {
+		for _, p := range running {
+			p.Stop()
+		}
+	}()
+
+	ports := map[string]int{}
+	for _, k := range []string{"echo", "tiny", "bulk"} {
+		if ports[k], err = fixture.FreePort(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+	be, err := proc.Start("backend", []string{*backend, "--echo", addr(ports["echo"]), "--tiny", addr(ports["tiny"]),
+		"--bulk", addr(ports["bulk"]), "--max-lifetime", "2h"}, proc.Options{CPUs: "0", Dir: work, Log: filepath.Join(work, "backend.log")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	running = append(running, be)
+	hello, _ := wire.ClientHello(sniEcho)
+	buf := make([]byte, wire.FlightSize+wire.MsgSize)
+	if err := be.WaitFor(10*time.Second, func() error { return load.One(addr(ports["echo"]), hello, buf) }); err != nil {
+		log.Fatal(err)
+	}
+	routes := []peers.Route{
+		{Host: sniEcho, Backend: addr(ports["echo"])},
+		{Host: sniTiny, Backend: addr(ports["tiny"])},
+		{Host: sniBulk, Backend: addr(ports["bulk"])},
+	}
+	pg := *test == "pg" || *test == "pgs"
+	if pg {
+		if ports["pg"], err = fixture.FreePort(); err != nil {
+			log.Fatal(err)
+		}
+		ca, err := fixture.NewCA()
+		if err != nil {
+			log.Fatal(err)
+		}
+		cert, err := ca.Issue(sniPG)
+		if err != nil {
+			log.Fatal(err)
+		}
+		srv, err := pgsrv.Start(filepath.Join(work, "pg"), ports["pg"], cert, "0")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer srv.Stop()
+		if err := srv.Init(8); err != nil {
+			log.Fatal(err)
+		}
+		routes = append(routes, peers.Route{Host: sniPG, Backend: addr(ports["pg"])})
+	}
+
+	var targets []*target
+	for _, a := range flag.Args() {
+		t := &target{name: a, kind: a}
+		if name, bin, ok := strings.Cut(a, "="); ok {
+			t.name, t.kind, t.bin = name, "snigate", bin
+		}
+		if t.kind != "direct" {
+			pass, err := fixture.FreePort()
+			if err != nil {
+				log.Fatal(err)
+			}
+			t.spec = peers.Spec{Dir: filepath.Join(work, t.name), Pass: addr(pass), Routes: routes}
+			if pg && t.kind != "snigate" {
+				if t.kind != "haproxy" && t.kind != "nginx" {
+					log.Fatalf("%s cannot carry a PostgreSQL session", t.name)
+				}
+				fwd, err := fixture.FreePort()
+				if err != nil {
+					log.Fatal(err)
+				}
+				t.spec.Forward, t.spec.ForwardTo = addr(fwd), addr(ports["pg"])
+			}
+			if t.kind == "snigate" {
+				admin, err := fixture.FreePort()
+				if err != nil {
+					log.Fatal(err)
+				}
+				t.spec.Admin = addr(admin)
+				t.spec.SnigateFlags = strings.Fields(*flags)
+			}
+			argv, err := peers.Write(t.kind, t.bin, t.spec)
+			if err != nil {
+				log.Fatal(err)
+			}
+			p, err := proc.Start(t.name, argv, proc.Options{CPUs: "1", Dir: t.spec.Dir, Log: filepath.Join(t.spec.Dir, "out.log")})
+			if err != nil {
+				log.Fatal(err)
+			}
+			running = append(running, p)
+			if err := p.WaitFor(30*time.Second, func() error { return load.One(t.spec.Pass, hello, buf) }); err != nil {
+				log.Fatalf("%s: %v\n%s", t.name, err, p.Tail())
+			}
+			t.proc = p
+		}
+		targets = append(targets, t)
+	}
+
+	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys}
+	results := map[string][]sample{}
+	for r := range *rounds {
+		k := r % len(targets)
+		order := append(append([]*target{}, targets[k:]...), targets[:k]...)
+		for _, t := range order {
+			s, err := m.measure(t)
+			if err != nil {
+				log.Fatalf("round %d, %s: %v", r+1, t.name, err)
+			}
+			results[t.name] = append(results[t.name], s)
+			log.Printf("round %d %-10s %s", r+1, t.name, s)
+		}
+	}
+	report(targets, results)
+}
+
+type measurer struct {
+	syscalls bool
+	loadgen  string
+	test     string
+	n, conc  int
+	rrTime   time.Duration
+	ports    map[string]int
+}
+
+func (m *measurer) measure(t *target) (sample, error) {
+	a := "127.0.0.1:"
+	pid := 0
+	if t.proc != nil {
+		a, pid = t.spec.Pass, t.proc.Pid()
+	}
+	port := func(k string) string {
+		if pid == 0 {
+			return a + strconv.Itoa(m.ports[k])
+		}
+		return a
+	}
+	def := func(v, d int) string {
+		if v > 0 {
+			return strconv.Itoa(v)
+		}
+		return strconv.Itoa(d)
+	}
+	var tree []int
+	if pid > 0 {
+		tree = procstat.Tree(pid)
+	}
+	s := sample{}
+	var ops float64
+	var args []string
+	var out any
+	var lat load.LatencyResult
+	var cr load.ConnsResult
+	var rr load.RRResult
+	var bulk load.BulkResult
+	var tps float64
+	switch m.test {
+	case "pg", "pgs":
+		port := m.ports["pg"]
+		if pid > 0 {
+			a := t.spec.Forward
+			if t.kind == "snigate" {
+				a = t.spec.Pass
+			}
+			port, _ = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:])
+		}
+		cpu0, cs0 := procstat.CPU(tree), switches(tree)
+		var err error
+		if tps, err = pgbench(port, m.test == "pgs"); err != nil {
+			return nil, err
+		}
+		s["tps"] = tps
+		if pid > 0 {
+			n := tps * 3
+			s["cpu/op µs"] = float64(procstat.CPU(tree)-cpu0) / 1e3 / n
+			s["cs/op"] = float64(switches(tree)-cs0) / n
+		}
+		return s, nil
+	case "latency":
+		args = []string{"latency", "--addr", port("echo"), "--sni", sniEcho, "-n", def(m.n, 8000)}
+		out = &lat
+	case "conns", "tiny", "fin":
+		shape, sni, k := "std", sniEcho, "echo"
+		if m.test != "conns" {
+			shape = m.test
+		}
+		if m.test == "tiny" {
+			sni, k = sniTiny, "tiny"
+		}
+		args = []string{"conns", "--addr", port(k), "--sni", sni, "--shape", shape, "-n", def(m.n, 6000), "-c", def(m.conc, 16), "--max", "60s"}
+		out = &cr
+	case "rr":
+		args = []string{"rr", "--addr", port("echo"), "--sni", sniEcho, "-c", def(m.conc, 50), "-n", "10000000", "--max", m.rrTime.String()}
+		out = &rr
+	case "bulk":
+		args = []string{"bulk", "--addr", port("bulk"), "--sni", sniBulk, "--bytes", def(m.n, 1<<30)}
+		out = &bulk
+	default:
+		return nil, fmt.Errorf("unknown test %q", m.test)
+	}
+	if m.test == "latency" && pid > 0 {
+		if err := procstat.Pin(tree, "0"); err != nil {
+			return nil, err
+		}
+		defer procstat.Pin(tree, "1")
+	}
+	var counts func() map[string]float64
+	if m.syscalls && pid > 0 {
+		var err error
+		if counts, err = perfStat(tree); err != nil {
+			return nil, err
+		}
+	}
+	cpu0, cs0 := procstat.CPU(tree), switches(tree)
+	if err := runLoadgen(m.loadgen, out, args...); err != nil {
+		return nil, err
+	}
+	cpu, cs := procstat.CPU(tree)-cpu0, switches(tree)-cs0
+	var sys map[string]float64
+	if counts != nil {
+		sys = counts()
+	}
+	switch m.test {
+	case "latency":
+		s["p50 µs"], s["p99 µs"] = lat.P50, lat.P99
+		ops = float64(lat.N)
+	case "conns", "tiny", "fin":
+		s["conns/s"] = cr.PerSec
+		ops = float64(cr.OK)
+		if cr.Failed > 0 {
+			return nil, fmt.Errorf("%d connections failed: %v", cr.Failed, cr.Errors)
+		}
+	case "rr":
+		s["requests/s"], s["p50 µs"], s["p99 µs"] = rr.PerSec, rr.P50, rr.P99
+		ops = float64(rr.Requests)
+	case "bulk":
+		s["GB/s"] = bulk.GBps
+		ops = float64(bulk.Bytes) / (1 << 30)
+	}
+	if pid > 0 && ops > 0 {
+		unit := "µs"
+		scale := 1e3
+		if m.test == "bulk" {
+			unit, scale = "ms", 1e6
+		}
+		s["cpu/op "+unit] = float64(cpu) / scale / ops
+		s["cs/op"] = float64(cs) / ops
+		for k, v := range sys {
+			s[k+"/op"] = v / ops
+		}
+	}
+	return s, nil
+}
+
+// perfEvents are what --syscalls counts: every system call, the epoll waits among them, and
+// the context switches as the kernel's scheduler counts them.
+var perfEvents = map[string]string{
+	"raw_syscalls:sys_enter":          "syscalls",
+	"syscalls:sys_enter_epoll_wait":   "epoll waits",
+	"syscalls:sys_enter_epoll_pwait":  "epoll waits",
+	"syscalls:sys_enter_epoll_pwait2": "epoll waits",
+}
+
+// perfStat starts counting perfEvents in the threads of pids; the function it returns stops
+// and reads the counts.
+func perfStat(pids []int) (func() map[string]float64, error) {
+	var list []string
+	for _, p := range pids {
+		list = append(list, strconv.Itoa(p))
+	}
+	args := []string{"stat", "-x", ",", "-p", strings.Join(list, ",")}
+	for e := range perfEvents {
+		args = append(args, "-e", e)
+	}
+	cmd := exec.Command("perf", args...)
+	var out strings.Builder
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	time.Sleep(200 * time.Millisecond) // perf attaches
+	return func() map[string]float64 {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		got := map[string]float64{}
+		for _, line := range strings.Split(out.String(), "\n") {
+			f := strings.Split(line, ",")
+			if len(f) < 3 {
+				continue
+			}
+			if name, ok := perfEvents[f[2]]; ok {
+				v, _ := strconv.ParseFloat(f[0], 64)
+				got[name] += v
+			}
+		}
+		return got
+	}, nil
+}
+
+func (s sample) String() string {
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %s %.3g", k, s[k])
+	}
+	return b.String()
+}
+
+// switches is the voluntary and involuntary context switches of every thread of pids.
+func switches(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, e := range ents {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, e.Name()))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "voluntary_ctxt_switches:") || strings.HasPrefix(line, "nonvoluntary_ctxt_switches:") {
+					f := strings.Fields(line)
+					v, _ := strconv.ParseInt(f[len(f)-1], 10, 64)
+					sum += v
+				}
+			}
+		}
+	}
+	return sum
+}
+
+func runLoadgen(bin string, out any, args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", "0", bin}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	line := strings.TrimSpace(string(b))
+	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+		line = line[i+1:]
+	}
+	if jerr := json.Unmarshal([]byte(line), out); jerr != nil && err == nil {
+		err = jerr
+	}
+	if err != nil {
+		return fmt.Errorf("loadgen %s: %v: %s %s", strings.Join(args, " "), err, line, stderr.String())
+	}
+	return nil
+}
+
+var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// pgbench runs pgbench for 3 s against port (8 clients, 2 threads, TLS), on CPU 0.
+func pgbench(port int, selectOnly bool) (float64, error) {
+	bin, err := pgsrv.Pgbench()
+	if err != nil {
+		return 0, err
+	}
+	args := []string{"-c", "0", bin, "-n", "-c", "8", "-j", "2", "-T", "3"}
+	if selectOnly {
+		args = append(args, "-S")
+	}
+	args = append(args, pgsrv.ConnString(sniPG, "127.0.0.1", port))
+	out, err := exec.Command("taskset", args...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: %v: %s", err, out)
+	}
+	m := tpsRE.FindStringSubmatch(string(out))
+	if m == nil {
+		return 0, fmt.Errorf("no tps in: %s", out)
+	}
+	return strconv.ParseFloat(m[1], 64)
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// report prints each metric's medians and the per-round ratios to the first proxy target.
+func report(targets []*target, res map[string][]sample) {
+	var ref *target
+	for _, t := range targets {
+		if t.kind != "direct" {
+			ref = t
+			break
+		}
+	}
+	metrics := map[string]bool{}
+	for _, ss := range res {
+		for _, s := range ss {
+			for k := range s {
+				metrics[k] = true
+			}
+		}
+	}
+	names := make([]string, 0, len(metrics))
+	for k := range metrics {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var direct []sample
+	for _, t := range targets {
+		if t.kind == "direct" {
+			direct = res[t.name]
+		}
+	}
+	for _, mname := range names {
+		fmt.Printf("\n%s\n", mname)
+		for _, t := range targets {
+			var v, ratio []float64
+			for i, s := range res[t.name] {
+				x, ok := s[mname]
+				if !ok {
+					continue
+				}
+				v = append(v, x)
+				if ref != nil && t != ref {
+					if y, ok := res[ref.name][i][mname]; ok && y != 0 {
+						ratio = append(ratio, x/y)
+					}
+				}
+			}
+			if len(v) == 0 {
+				continue
+			}
+			line := fmt.Sprintf("  %-10s %9.3g (%.3g–%.3g)", t.name, median(v), slices.Min(v), slices.Max(v))
+			if len(ratio) > 0 {
+				line += fmt.Sprintf("   ÷ %s per round: median ×%.3f (%.3f–%.3f)", ref.name, median(ratio), slices.Min(ratio), slices.Max(ratio))
+			}
+			if strings.HasPrefix(mname, "p") && direct != nil && t.kind != "direct" {
+				var added []float64
+				for i, s := range res[t.name] {
+					added = append(added, s[mname]-direct[i][mname])
+				}
+				line += fmt.Sprintf("   added: median %+.1f", median(added))
+			}
+			fmt.Println(line)
+		}
+	}
+}
