@@ -585,17 +585,6 @@ func (c *conn) holdPair(pr *relay.Pair) {
 	c.backendMu.Unlock()
 }
 
-// holdAdopted is holdPair for the pair relay.Adopt returned, which the relay may have
-// handed back (router.Release) before Adopt returned: then the goroutine path owns the
-// client, and holds its own pair if it relays it.
-func (c *conn) holdAdopted(pr *relay.Pair) {
-	c.backendMu.Lock()
-	if !c.released {
-		c.holdLocked(pr)
-	}
-	c.backendMu.Unlock()
-}
-
 func (c *conn) holdLocked(pr *relay.Pair) {
 	if c.relayEnded {
 		return

@@ -15,9 +15,9 @@ import (
 )
 
 // HTTP and HTTPS listeners hand their connections to one http.Server per bound port, fed
-// through an in-memory net.Listener: the accept loop, connection limits, fail-closed
-// rejects and drain stay those of every other connection, and the SNI dispatch happens
-// before the server sees anything. For HTTPS the connection arrives as a *tls.Conn whose
+// through an in-memory net.Listener: accepting (on the relay's loops), connection limits,
+// fail-closed rejects and drain stay those of every other connection, and the SNI
+// dispatch happens before the server sees anything. For HTTPS the connection arrives as a *tls.Conn whose
 // handshake is done (with ALPN h2 or http/1.1), so net/http fills Request.TLS and serves
 // HTTP/2 through its TLSNextProto hook. The handler routes with the current snapshot on
 // every request.
@@ -29,7 +29,7 @@ type httpServer struct {
 }
 
 func (p *Proxy) newHTTPServer(pl *portListener) *httpServer {
-	ln := &chanListener{addr: pl.ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
+	ln := &chanListener{addr: pl.netAddr, conns: make(chan net.Conn), done: make(chan struct{})}
 	srv := &http.Server{
 		Handler:           p.httpHandler,
 		ReadHeaderTimeout: p.opts.HTTPReadHeaderTimeout,
@@ -161,7 +161,7 @@ func (t *trackedConn) Close() error {
 // prefixConn must be a net.Conn for trackedConn (it is, through *net.TCPConn).
 var _ net.Conn = (*prefixConn)(nil)
 
-// chanListener is a net.Listener fed by the proxy's accept loop.
+// chanListener is a net.Listener fed with the connections the proxy accepted and decided.
 type chanListener struct {
 	addr      net.Addr
 	conns     chan net.Conn

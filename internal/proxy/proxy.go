@@ -4,9 +4,10 @@
 //
 // The proxy reads only snapshots (package snapshot) and imports no Gateway API types.
 //
-// How a connection flows: the accept loop takes the socket with a raw accept4 and gives it
-// to the relay (relay.Adopt), whose event loop reads the ClientHello and calls router.Route
-// on the loop. Every connection's fate is one pure function, decide (decide.go): from the
+// How a connection flows: every port's listening socket is in the relay's event loops
+// (relay.Listen); the loop that accepts a connection asks portListener.Accepted for its
+// books (limits, metrics), reads the ClientHello and calls router.Route, all on the loop.
+// Every connection's fate is one pure function, decide (decide.go): from the
 // port and the bytes it says passthrough, TCP, terminate, HTTPS, HTTP, a PostgreSQL request
 // to answer, a PostgreSQL cancel, or a reject with its reason. A passthrough or TCP decision
 // is dialed and relayed right there; anything else is released back, with the bytes read
@@ -34,8 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"runtime"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -145,11 +145,10 @@ type Proxy struct {
 	// routeGauges caches each route's child of snigate_route_active_connections.
 	routeGauges map[string]prometheus.Gauge
 
-	conns sync.WaitGroup
-	// serving counts the accept loops (serve): Shutdown waits for them to return before it
-	// waits on conns, since a loop may still Add a connection it accepted just before its
-	// listener closed, and a WaitGroup's Add must not race its Wait.
-	serving   sync.WaitGroup
+	// conns counts open connections. Shutdown waits on it only once every listener is
+	// closed: a closed relay.Listener makes no more Accepted calls, each of which Adds, and a
+	// WaitGroup's Add must not race its Wait.
+	conns     sync.WaitGroup
 	connMu    sync.Mutex
 	connSet   map[*conn]struct{}
 	draining  atomic.Bool
@@ -241,7 +240,6 @@ func (p *Proxy) Apply(s *snapshot.Snapshot) error {
 	}
 	for _, pl := range opened {
 		p.log.Info("port opened", "address", pl.addr)
-		p.serving.Go(func() { p.serve(pl) })
 	}
 	return nil
 }
@@ -282,7 +280,6 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	stopping.Wait()
-	p.serving.Wait()
 	p.draining.Store(true)
 
 	done := make(chan struct{})
@@ -310,15 +307,19 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // relay returns the proxy's relay, starting its event loops (one per usable CPU) the first
 // time.
 func (p *Proxy) relay() (*relay.Relay, error) {
-	p.relayOnce.Do(func() { p.relays, p.relayErr = relay.New(runtime.GOMAXPROCS(0)) })
+	p.relayOnce.Do(func() { p.relays, p.relayErr = relay.New(0) })
 	return p.relays, p.relayErr
 }
 
+// portListener is one bound port. The relay's loops accept its connections (Accepted).
 type portListener struct {
-	addr   string
-	ln     *rawListener
-	active atomic.Int64
-	pg     pgTracker
+	p       *Proxy
+	addr    string
+	netAddr net.Addr
+	fd      int // the listening socket, which ln owns
+	ln      *relay.Listener
+	active  atomic.Int64
+	pg      pgTracker
 	// activeGauge is this port's child of snigate_active_connections, resolved once here
 	// rather than by a label lookup per connection.
 	activeGauge prometheus.Gauge
@@ -328,6 +329,10 @@ type portListener struct {
 }
 
 func (p *Proxy) listen(addr string) (*portListener, error) {
+	rl, err := p.relay()
+	if err != nil {
+		return nil, err
+	}
 	lc := net.ListenConfig{
 		// TCP_NODELAY and keepalive are configured once on the listening socket, which
 		// accepted sockets inherit on Linux, instead of setsockopt calls per connection.
@@ -345,64 +350,44 @@ func (p *Proxy) listen(addr string) (*portListener, error) {
 	if err != nil {
 		return nil, err
 	}
-	rl, err := newRawListener(ln.(*net.TCPListener))
+	netAddr := ln.Addr()
+	fd, err := listenFD(ln.(*net.TCPListener))
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	return &portListener{addr: addr, ln: rl, activeGauge: p.m.Active.WithLabelValues(addr)}, nil
+	pl := &portListener{p: p, addr: addr, netAddr: netAddr, fd: fd, activeGauge: p.m.Active.WithLabelValues(addr)}
+	if pl.ln, err = rl.Listen(fd, pl); err != nil {
+		return nil, err // Listen closed fd
+	}
+	return pl, nil
 }
 
-// serve accepts the port's connections. Passthrough and TCP connections are adopted by the
-// relay, which reads the ClientHello and dials from its event loops (see router); the
-// others, and any the router declines, continue on a goroutine with a net.Conn (serveFD).
-func (p *Proxy) serve(pl *portListener) {
-	var tempDelay time.Duration
-	for {
-		fd, peer, err := pl.ln.accept()
-		if err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and similar: back off instead of spinning.
-			if tempDelay == 0 {
-				tempDelay = 5 * time.Millisecond
-			} else if tempDelay *= 2; tempDelay > time.Second {
-				tempDelay = time.Second
-			}
-			p.log.Warn("accept failed", "address", pl.addr, "error", err)
-			time.Sleep(tempDelay)
-			continue
-		}
-		tempDelay = 0
-		port := p.snap.Load().Port(pl.addr)
-		if port == nil {
-			closeReset(fd)
-			continue
-		}
-		n := pl.active.Add(1)
-		if port.MaxConnections > 0 && n > int64(port.MaxConnections) {
-			pl.active.Add(-1)
-			unix.Close(fd)
-			p.rejected(pl.addr, peer, reasonLimit, "", time.Now(), "")
-			continue
-		}
-		p.conns.Add(1)
-		c := p.newConn(pl, peer)
-		c.fd = int32(fd)
-		if port.Protocol == snapshot.ProtocolHTTP || port.Protocol == snapshot.ProtocolTLS && !port.HasPassthrough() {
-			// Nothing on this port is relayed: the relay would only read the hello and hand
-			// the socket back.
-			go c.serveFD(fd, nil)
-			continue
-		}
-		rl, err := p.relay()
-		if err != nil {
-			go c.serveFD(fd, nil) // forward reports the relay's error
-			continue
-		}
-		if pr := rl.Adopt(fd, c.start.Add(p.opts.HelloTimeout), router{}, c); pr != nil {
-			c.holdAdopted(pr)
-		}
+// Accepted is relay.Acceptor's: a loop accepted a connection on this port. Passthrough and
+// TCP connections stay on that loop, which reads the ClientHello and routes (see router);
+// the others are handed back to a goroutine with a net.Conn (conn.serveFD) by the router.
+func (pl *portListener) Accepted(fd int, peer netip.AddrPort) (relay.Router, any, time.Time, bool) {
+	p := pl.p
+	port := p.snap.Load().Port(pl.addr)
+	if port == nil {
+		closeReset(fd) // the port is going away
+		return nil, nil, time.Time{}, false
 	}
+	n := pl.active.Add(1)
+	if port.MaxConnections > 0 && n > int64(port.MaxConnections) {
+		pl.active.Add(-1)
+		unix.Close(fd)
+		p.rejected(pl.addr, peer, reasonLimit, "", time.Now(), "")
+		return nil, nil, time.Time{}, false
+	}
+	p.conns.Add(1)
+	c := p.newConn(pl, peer)
+	c.fd = int32(fd)
+	return router{}, c, c.start.Add(p.opts.HelloTimeout), true
+}
+
+// Failed is relay.Acceptor's: accepting failed for a reason that is not one client's (out
+// of file descriptors); the relay pauses the port a little.
+func (pl *portListener) Failed(err error) {
+	pl.p.log.Warn("accept failed", "address", pl.addr, "error", err)
 }

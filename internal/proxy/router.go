@@ -8,7 +8,7 @@ import (
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
-// router routes the connections the relay adopts (relay.Router), on the relay's loops: it
+// router routes the connections the relay accepts (relay.Router), on the relay's loops: it
 // asks decide what the client's bytes are, connects the kinds the relay carries by itself
 // (passthrough and TCP) right there, and hands every other connection back to a goroutine
 // (conn.serveFD) with the decision attached, which serves it with Go's net package:
@@ -17,7 +17,7 @@ import (
 //
 // Why on the loops: a routed passthrough connection then never enters Go's poller and never
 // gets a goroutine, which saves about a tenth of the proxy's CPU per connection (see
-// relay.Adopt).
+// relay.Listen).
 type router struct{}
 
 var (
@@ -25,9 +25,18 @@ var (
 	verdictRelease = relay.Verdict{Action: relay.Release}
 )
 
-func (router) Route(_ *relay.Pair, tag any, pre []byte) relay.Verdict {
+func (router) Route(pr *relay.Pair, tag any, pre []byte) relay.Verdict {
 	c := tag.(*conn)
 	port := c.p.snap.Load().Port(c.pl.addr)
+	if pre == nil {
+		// The first call, as the loop adopts the socket: from here on closeAll asks the
+		// relay to end the connection.
+		c.holdPair(pr)
+		if port != nil && (port.Protocol == snapshot.ProtocolHTTP || port.Protocol == snapshot.ProtocolTLS && !port.HasPassthrough()) {
+			// Nothing on this port is relayed: serveFD reads it with Go's net package.
+			return verdictRelease
+		}
+	}
 	if port == nil {
 		return verdictRelease // serveFD drops it: the port is going away
 	}

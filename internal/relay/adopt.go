@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// Adopt errors, passed to Router.Release.
+// Errors of adopted clients, passed to Router.Release.
 var (
-	// ErrDeadline: the client's first bytes were not routed by the deadline Adopt was given.
+	// ErrDeadline: the client's first bytes were not routed by the deadline its Acceptor gave.
 	ErrDeadline = errors.New("preface deadline passed")
 	// ErrPrefaceFull: the router still waited for more once a 16 KiB buffer was full.
 	ErrPrefaceFull = errors.New("preface larger than the relay's buffer")
@@ -17,15 +17,30 @@ var (
 // OutcomeDialFailed ends an adopted pair whose router gave up dialing (Result.Err says why).
 const OutcomeDialFailed = "dial_failed"
 
-// Router decides where the clients given to Adopt go, from the first bytes they send. Its
-// methods run on a loop goroutine (Route also inside Adopt) and must not block: the loop's
-// other pairs wait meanwhile. tag is what Adopt was given.
+// Acceptor is told of every connection the loops accept on a Listener. Its methods run on
+// a loop and must not block: the loop's other pairs wait meanwhile.
+type Acceptor interface {
+	// Accepted gets a new client socket (non-blocking, close-on-exec, with the options the
+	// listening socket passes on) and the client's address. It returns the router and tag
+	// the loop adopts the socket with and the time by which its first bytes must be
+	// routed; ok false when Accepted took the socket itself (closed it).
+	Accepted(fd int, peer netip.AddrPort) (rt Router, tag any, deadline time.Time, ok bool)
+	// Failed reports an accept error that is not one client's (out of file descriptors,
+	// say): the loop stops accepting on the listener for a while (5 ms, doubling up to 1 s
+	// while the errors go on) instead of spinning on it.
+	Failed(err error)
+}
+
+// Router decides where the clients a Listener accepted go, from the first bytes they send.
+// Route, Dialed and Done run on a loop goroutine and must not block: the loop's other
+// pairs wait meanwhile. tag is what the Acceptor gave.
 //
 // For every adopted client exactly one of Release and Done is called in the end, unless the
 // Relay is closed first.
 type Router interface {
 	// Route says what to do with a client given everything it sent so far: first with
-	// nothing (inside Adopt), then each time more arrived. pre is valid during the call only.
+	// nothing (at once when the loop adopts it), then each time more arrived. pre is valid
+	// during the call only. p is the client's pair (Stop ends it) from the first call on.
 	Route(p *Pair, tag any, pre []byte) Verdict
 	// Dialed reports a connect that a Connect verdict started, and how long it took. After a
 	// failure, a valid address returned is dialed next (the same options); otherwise the
@@ -35,7 +50,8 @@ type Router interface {
 	// with the bytes read from it (valid during the call only): because Route said so (err
 	// nil), because the client closed or failed (io.EOF, a read error), sent more than the
 	// buffer holds while Route kept waiting (ErrPrefaceFull), or was not routed by the
-	// deadline (ErrDeadline).
+	// deadline (ErrDeadline). It runs on a goroutine outside the loops, one at a time with
+	// the relay's other hand-overs: it may start goroutines, but should not block either.
 	Release(tag any, fd int, pre []byte, err error)
 	// Done is called when the pair ended after a Connect verdict, or was stopped before any
 	// (Result.Outcome is then what Stop was given). Both sockets are closed.

@@ -10,61 +10,46 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Adopt takes over fd, a freshly accepted non-blocking client socket: a loop reads what the
-// client sends and asks rt where it goes, dials that backend and relays, all without a
-// goroutine or Go's poller. Why: a connection that only has to be routed by its first bytes
-// (an SNI) and then relayed costs the proxy about a tenth less CPU than a goroutine reading
-// it through a net.Conn and handing it over (Go's poller registration and removal, the fd
-// duplicate, and three scheduler hand-offs per connection).
+// adoptFD adopts a client socket the loop accepted (Listen): the loop reads what the client
+// sends and asks rt where it goes, dials that backend and relays, with no goroutine or Go's
+// poller at any point. The pair belongs to the loop from the start. The client most likely
+// sent its first bytes as it connected (a ClientHello follows the handshake at once): they
+// are read before the socket is registered, which saves the wake-up that would only
+// report them; when nothing is there yet the registration reports what comes. Until
+// deadline the client's first bytes must be routed, or rt.Release gets the socket back
+// with ErrDeadline.
 //
-// Until deadline the client's first bytes must be routed, or rt.Release gets the socket
-// back with ErrDeadline. Adopt returns the pair (Stop ends it, in any phase), or nil when
-// the client was released or its pair ended (every dial failed at once) inside Adopt.
-//
-// The relay writes what it reads as it reads it, so fd should have TCP_NODELAY set. Adopt
-// does not set it: set it once on the listening socket, which Linux copies into every
-// socket accepted from it, and save a system call per connection.
-func (r *Relay) Adopt(fd int, deadline time.Time, rt Router, tag any) *Pair {
-	p := r.newPair(fd, -1, phaseRouting)
+// The relay writes what it reads as it reads it, so the socket should have TCP_NODELAY set:
+// set it once on the listening socket, which Linux copies into every socket accepted from
+// it, and save a system call per connection.
+func (l *loop) adoptFD(fd int, deadline time.Time, rt Router, tag any) {
+	p := &Pair{r: l.r, l: l, fd: [2]int{fd, -1}, phase: phaseRouting}
 	p.ownsA, p.rt, p.tag = true, rt, tag
 	// A is assumed writable until a write says otherwise: registered without EPOLLOUT, its
 	// registration reports nothing (a fresh socket is writable) and wakes no loop.
 	p.writable[0] = true
-	// Everything is set up before the sockets are registered: from then on the loop owns
-	// the pair.
 	p.publish()
+	p.started.Store(true)
 	if v := rt.Route(p, tag, nil); v.Action != Wait {
 		p.decide(v)
 	} else {
-		// The loop reads the ClientHello: registering reports it if it is in already. (Reading
-		// it here would save that wake-up, but it makes the accepting goroutine route, dial
-		// and write for every connection, and it measured no better in five A/B pairs.)
 		p.dialDeadline.Store(deadline.UnixNano())
-		r.watch(time.Until(deadline))
+		l.r.watch(time.Until(deadline))
+		p.readable[0] = true
 	}
+	more := p.run()
+	p.registerDial() // a backend dialed at once: a TCP route, or a preface read above
 	if p.phase == phaseDone {
-		return nil // released, or every dial failed: the router heard of it
+		return // released, finished, or every dial failed: the router heard of it
 	}
-	// From the first registration on the loop owns the pair: what the rest of Adopt needs
-	// is read now. The loop reads the fields set above once an event names the pair, which
-	// it looks up under l.mu: taking it here orders them before (for the race detector; the
-	// epoll_ctl below orders them in fact).
-	fa, fb, regB, outB := p.fd[0], p.fd[1], p.regB, p.outArmed[1]
-	p.regB = false
-	p.started.Store(true)
-	p.l.mu.Lock()
-	p.l.mu.Unlock() //nolint:staticcheck // an empty critical section on purpose
-	if regB {
-		if err := p.registerFD(fb, 1, outB); err != nil {
-			// Nothing is registered: the loop has not seen the pair.
-			p.stopWith(err, "")
-			return p
-		}
+	if err := p.registerFD(p.fd[0], 0, p.outArmed[0]); err != nil {
+		p.finish(os.NewSyscallError("epoll_ctl", err), "", 0)
+		return
 	}
-	if err := p.registerFD(fa, 0, false); err != nil {
-		p.stopWith(err, "")
+	p.regA = true
+	if more {
+		l.ready = append(l.ready, p)
 	}
-	return p
 }
 
 // adopt reads an adopted client's first bytes and acts on its router's verdict. It returns
@@ -247,23 +232,30 @@ func (p *Pair) redial(err error) {
 	}
 }
 
-// release hands an adopted client back to its router.
+// release hands an adopted client back to its router, from a goroutine (see handoffs):
+// the router goes on with it on goroutines.
 func (p *Pair) release(err error) {
 	p.phase = phaseDone
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	// The fd stays open for the caller, so closing cannot take it out of the epoll set.
-	rawEpollCtl(p.l.epfd, unix.EPOLL_CTL_DEL, p.fd[0], &unix.EpollEvent{})
+	if p.regA {
+		// The fd stays open for the caller, so closing cannot take it out of the epoll set.
+		rawEpollCtl(p.l.epfd, unix.EPOLL_CTL_DEL, p.fd[0], &unix.EpollEvent{})
+	}
 	p.unpublish()
 	d := &p.d[0]
-	var pre []byte
-	if d.buf != nil {
-		pre = (*d.buf)[:d.end]
-	}
-	p.rt.Release(p.tag, p.fd[0], pre, err)
-	if d.buf != nil {
-		bufs.Put(d.buf)
-		d.buf = nil
-	}
+	buf, end := d.buf, d.end
+	d.buf = nil
+	rt, tag, fd := p.rt, p.tag, p.fd[0]
+	p.r.hand.add(func() {
+		var pre []byte
+		if buf != nil {
+			pre = (*buf)[:end]
+		}
+		rt.Release(tag, fd, pre, err)
+		if buf != nil {
+			bufs.Put(buf)
+		}
+	})
 }

@@ -24,8 +24,9 @@ type testRouter struct {
 	next []netip.AddrPort
 
 	mu       sync.Mutex
-	routed   []string // pre, per Route call
-	dials    []error  // per Dialed call
+	pair     chan *Pair // the pair, at the first Route call
+	routed   []string   // pre, per Route call
+	dials    []error    // per Dialed call
 	released chan released
 	done     chan Result
 }
@@ -38,12 +39,15 @@ type released struct {
 }
 
 func newTestRouter(route func(pre []byte) Verdict) *testRouter {
-	return &testRouter{route: route, released: make(chan released, 1), done: make(chan Result, 1)}
+	return &testRouter{route: route, released: make(chan released, 1), done: make(chan Result, 1), pair: make(chan *Pair, 1)}
 }
 
-func (r *testRouter) Route(_ *Pair, _ any, pre []byte) Verdict {
+func (r *testRouter) Route(p *Pair, _ any, pre []byte) Verdict {
 	r.mu.Lock()
 	r.routed = append(r.routed, string(pre))
+	if len(r.routed) == 1 {
+		r.pair <- p
+	}
 	r.mu.Unlock()
 	return r.route(pre)
 }
@@ -92,18 +96,73 @@ func (r *testRouter) waitReleased(t *testing.T) released {
 	return released{}
 }
 
-// acceptedFD returns a client connection and the raw non-blocking fd of its accepted side,
-// out of Go's poller, as a proxy's accept loop has it.
-func acceptedFD(t *testing.T, ln *net.TCPListener) (*net.TCPConn, int) {
+// relayListener is a listening socket whose connections the relay's loops accept
+// (Listen): each one is adopted with the router, tag and deadline of the adopted call that
+// dialed it.
+type relayListener struct {
+	addr *net.TCPAddr
+	next chan adoption
+}
+
+type adoption struct {
+	rt       Router
+	tag      any
+	deadline time.Time
+}
+
+func (a *relayListener) Accepted(fd int, _ netip.AddrPort) (Router, any, time.Time, bool) {
+	select {
+	case n := <-a.next:
+		return n.rt, n.tag, n.deadline, true
+	default:
+		rawClose(fd) // nobody asked for it
+		return nil, nil, time.Time{}, false
+	}
+}
+
+func (a *relayListener) Failed(error) {}
+
+// listenRelay makes r's loops accept on a new loopback listener.
+func listenRelay(t *testing.T, r *Relay) *relayListener {
 	t.Helper()
-	client, a := tcpPair(t, ln)
-	t.Cleanup(func() { client.Close() })
-	fd, err := dupOf(a)
+	ln := listen(t)
+	fd, err := listenerFD(ln)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Close()
-	return client, fd
+	a := &relayListener{addr: ln.Addr().(*net.TCPAddr), next: make(chan adoption, 1)}
+	rl, err := r.Listen(fd, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rl.Close() })
+	return a
+}
+
+// listenerFD duplicates a listener's socket (non-blocking, as Go made it).
+func listenerFD(ln *net.TCPListener) (int, error) {
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, derr = rawDup(int(s)) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}
+
+// adopted connects a client, whose socket a loop accepts and adopts with rt, tag and
+// deadline.
+func (a *relayListener) adopted(t *testing.T, rt Router, tag any, deadline time.Time) *net.TCPConn {
+	t.Helper()
+	a.next <- adoption{rt, tag, deadline}
+	c, err := net.DialTCP("tcp", nil, a.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // untilLine routes once pre holds a whole line, to to.
@@ -120,12 +179,9 @@ func untilLine(to netip.AddrPort) func([]byte) Verdict {
 // it to the backend first and relays both ways; Done reports the bytes.
 func TestAdoptRoutesAndRelays(t *testing.T) {
 	r := newRelay(t, 2)
-	ln, bln := listen(t), listen(t)
+	rl, bln := listenRelay(t, r), listen(t)
 	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
-	client, fd := acceptedFD(t, ln)
-	if p := r.Adopt(fd, time.Now().Add(5*time.Second), rt, "tag"); p == nil {
-		t.Fatal("Adopt returned no pair")
-	}
+	client := rl.adopted(t, rt, "tag", time.Now().Add(5*time.Second))
 	client.Write([]byte("HEL"))
 	time.Sleep(20 * time.Millisecond) // a second read, a second Route
 	client.Write([]byte("LO\nand more"))
@@ -143,7 +199,7 @@ func TestAdoptRoutesAndRelays(t *testing.T) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if len(rt.routed) < 3 || rt.routed[0] != "" || rt.routed[len(rt.routed)-1] != "HELLO\n" && rt.routed[len(rt.routed)-1] != "HELLO\nand more" {
-		t.Fatalf("Route saw %q: want nothing first (inside Adopt), then the preface growing", rt.routed)
+		t.Fatalf("Route saw %q: want nothing first (as the loop adopts it), then the preface growing", rt.routed)
 	}
 	if len(rt.dials) != 1 || rt.dials[0] != nil {
 		t.Fatalf("Dialed calls %v, want one success", rt.dials)
@@ -154,13 +210,12 @@ func TestAdoptRoutesAndRelays(t *testing.T) {
 // A router that connects at once (a TCP listener) gets the backend dialed inside Adopt.
 func TestAdoptConnectAtOnce(t *testing.T) {
 	r := newRelay(t, 1)
-	ln, bln := listen(t), listen(t)
+	rl, bln := listenRelay(t, r), listen(t)
 	to := bln.Addr().(*net.TCPAddr).AddrPort()
 	rt := newTestRouter(func([]byte) Verdict {
 		return Verdict{Action: Connect, To: to, Dial: DialOptions{Timeout: 5 * time.Second}}
 	})
-	client, fd := acceptedFD(t, ln)
-	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
+	client := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
 	backend := acceptBackend(t, bln)
 	backend.Write([]byte("greeting")) // a server that speaks first
 	client.SetDeadline(time.Now().Add(5 * time.Second))
@@ -177,7 +232,7 @@ func TestAdoptConnectAtOnce(t *testing.T) {
 // preface outgrows the buffer with ErrPrefaceFull.
 func TestAdoptRelease(t *testing.T) {
 	r := newRelay(t, 1)
-	ln := listen(t)
+	rl := listenRelay(t, r)
 
 	rt := newTestRouter(func(pre []byte) Verdict {
 		if len(pre) < 4 {
@@ -185,8 +240,7 @@ func TestAdoptRelease(t *testing.T) {
 		}
 		return Verdict{Action: Release}
 	})
-	client, fd := acceptedFD(t, ln)
-	r.Adopt(fd, time.Now().Add(5*time.Second), rt, 42)
+	client := rl.adopted(t, rt, 42, time.Now().Add(5*time.Second))
 	client.Write([]byte("GET / HTTP/1.1\r\n"))
 	rel := rt.waitReleased(t)
 	if rel.err != nil || rel.tag != 42 || !bytes.HasPrefix([]byte("GET / HTTP/1.1\r\n"), rel.pre) || len(rel.pre) < 4 {
@@ -206,9 +260,8 @@ func TestAdoptRelease(t *testing.T) {
 	}
 
 	wait := newTestRouter(func([]byte) Verdict { return Verdict{Action: Wait} })
-	_, fd = acceptedFD(t, ln)
 	t0 := time.Now()
-	r.Adopt(fd, t0.Add(100*time.Millisecond), wait, nil)
+	rl.adopted(t, wait, nil, t0.Add(100*time.Millisecond))
 	rel = wait.waitReleased(t)
 	if !errors.Is(rel.err, ErrDeadline) || len(rel.pre) != 0 {
 		t.Fatalf("silent client released with %q, %v; want ErrDeadline", rel.pre, rel.err)
@@ -218,8 +271,7 @@ func TestAdoptRelease(t *testing.T) {
 	}
 	os.NewFile(uintptr(rel.fd), "").Close()
 
-	client, fd = acceptedFD(t, ln)
-	r.Adopt(fd, time.Now().Add(5*time.Second), wait, nil)
+	client = rl.adopted(t, wait, nil, time.Now().Add(5*time.Second))
 	client.Write([]byte("bye"))
 	client.Close()
 	rel = wait.waitReleased(t)
@@ -228,8 +280,7 @@ func TestAdoptRelease(t *testing.T) {
 	}
 	os.NewFile(uintptr(rel.fd), "").Close()
 
-	client, fd = acceptedFD(t, ln)
-	r.Adopt(fd, time.Now().Add(5*time.Second), wait, nil)
+	client = rl.adopted(t, wait, nil, time.Now().Add(5*time.Second))
 	go client.Write(make([]byte, bufSize+100))
 	rel = wait.waitReleased(t)
 	if !errors.Is(rel.err, ErrPrefaceFull) || len(rel.pre) != bufSize {
@@ -243,15 +294,14 @@ func TestAdoptRelease(t *testing.T) {
 // pair ends with OutcomeDialFailed and the client is closed.
 func TestAdoptDialFailures(t *testing.T) {
 	r := newRelay(t, 1)
-	ln, bln := listen(t), listen(t)
+	rl, bln := listenRelay(t, r), listen(t)
 	dead := listen(t)
 	deadAddr := dead.Addr().(*net.TCPAddr).AddrPort()
 	dead.Close()
 
 	rt := newTestRouter(untilLine(deadAddr))
 	rt.next = []netip.AddrPort{deadAddr, bln.Addr().(*net.TCPAddr).AddrPort()}
-	client, fd := acceptedFD(t, ln)
-	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
+	client := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
 	client.Write([]byte("hi\n"))
 	acceptExpect(t, bln, "hi\n").Close()
 	client.Close()
@@ -264,8 +314,7 @@ func TestAdoptDialFailures(t *testing.T) {
 	}
 
 	gone := newTestRouter(untilLine(deadAddr))
-	client, fd = acceptedFD(t, ln)
-	r.Adopt(fd, time.Now().Add(5*time.Second), gone, nil)
+	client = rl.adopted(t, gone, nil, time.Now().Add(5*time.Second))
 	client.Write([]byte("hi\n"))
 	res := gone.waitDone(t)
 	if res.Outcome != OutcomeDialFailed || res.Err == nil {
@@ -281,11 +330,10 @@ func TestAdoptDialFailures(t *testing.T) {
 // Stop ends an adopted client before any verdict, and Done says so.
 func TestAdoptStop(t *testing.T) {
 	r := newRelay(t, 1)
-	ln := listen(t)
+	rl := listenRelay(t, r)
 	rt := newTestRouter(func([]byte) Verdict { return Verdict{Action: Wait} })
-	client, fd := acceptedFD(t, ln)
-	p := r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
-	p.Stop(OutcomeShutdown)
+	client := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
+	(<-rt.pair).Stop(OutcomeShutdown)
 	if res := rt.waitDone(t); res.Outcome != OutcomeShutdown {
 		t.Fatalf("result %+v, want %s", res, OutcomeShutdown)
 	}
@@ -312,7 +360,7 @@ func waitPairs(t *testing.T, r *Relay, n int) {
 // is dialed from the loop.
 func TestAdoptSlowConnect(t *testing.T) {
 	r := newRelay(t, 1)
-	ln, bln := listen(t), listen(t)
+	rl, bln := listenRelay(t, r), listen(t)
 	full := fullListener(t)
 	rt := newTestRouter(func(pre []byte) Verdict {
 		if !bytes.Contains(pre, []byte("\n")) {
@@ -321,9 +369,8 @@ func TestAdoptSlowConnect(t *testing.T) {
 		return Verdict{Action: Connect, To: full, Dial: DialOptions{Timeout: 150 * time.Millisecond}}
 	})
 	rt.next = []netip.AddrPort{bln.Addr().(*net.TCPAddr).AddrPort()}
-	client, fd := acceptedFD(t, ln)
+	client := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
 	client.Write([]byte("hi\n"))
-	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
 	acceptExpect(t, bln, "hi\n").Close()
 	client.Close()
 	rt.waitDone(t)
@@ -339,11 +386,10 @@ func TestAdoptSlowConnect(t *testing.T) {
 // 8 MiB to a reader that starts late, intact.
 func TestAdoptFullBuffersBothWays(t *testing.T) {
 	r := newRelay(t, 1)
-	ln, bln := listen(t), listen(t)
+	rl, bln := listenRelay(t, r), listen(t)
 	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
-	client, fd := acceptedFD(t, ln)
+	client := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
 	client.Write([]byte("go\n"))
-	r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
 	backend := acceptBackend(t, bln)
 	const size = 8 << 20
 	up, down := bytes.Repeat([]byte("u"), size), bytes.Repeat([]byte("d"), size)
@@ -433,13 +479,12 @@ func fullListener(t *testing.T) netip.AddrPort {
 // leaves room for the test's own sockets.)
 func TestAdoptReturnsBuffers(t *testing.T) {
 	r := newRelay(t, 1)
-	ln, bln := listen(t), listen(t)
+	rl, bln := listenRelay(t, r), listen(t)
 	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
 	rt.done = make(chan Result, 1000)
 	one := func() {
-		client, fd := acceptedFD(t, ln)
+		client := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
 		client.Write([]byte("x\n"))
-		r.Adopt(fd, time.Now().Add(5*time.Second), rt, nil)
 		backend := acceptBackend(t, bln)
 		b := make([]byte, 2)
 		io.ReadFull(backend, b)

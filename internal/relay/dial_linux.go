@@ -127,8 +127,10 @@ func (p *Pair) dial(stopped bool) bool {
 				p.rt.Dialed(p.tag, p.ep, time.Since(p.dialStart), nil)
 				return true
 			}
-			p.phase = phaseDialed // before Dial returns: Attach may follow at once
-			p.dialed <- nil
+			// Before Dial returns: Attach may follow at once. Dial's goroutine is woken through
+			// the relay's hand-offs (see handoffs).
+			p.phase = phaseDialed
+			p.r.hand.add(func() { p.dialed <- nil })
 			return false
 		}
 	default:
@@ -144,7 +146,7 @@ func (p *Pair) dial(stopped bool) bool {
 		return false
 	}
 	p.finish(nil, "", 0) // closes the socket; no done callback before Attach
-	p.dialed <- oerr
+	p.r.hand.add(func() { p.dialed <- oerr })
 	return false
 }
 

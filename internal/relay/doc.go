@@ -1,12 +1,24 @@
-// Package relay moves bytes both ways between pairs of connected TCP sockets from a few
-// event loops, so that a proxied connection costs no goroutine while it is idle.
+// Package relay accepts, routes and relays TCP connections from a few event loops, so that
+// a proxied connection costs no goroutine at any point and a message costs one epoll wait,
+// as in an event loop written in C.
 //
-// Use it once a connection is accepted (Adopt) or routed (Dial and Attach, Start). New(n)
-// starts n loops (one per CPU is right). Either let a loop dial the backend and attach the
-// client to it, with the bytes already read from the client (the ClientHello) written to the
-// backend first:
+// New(n) starts n loops (one per CPU is right). Give it a listening socket and an Acceptor:
+// the loops accept its connections themselves, and for each one the Acceptor names a
+// Router, which decides from the client's first bytes where it goes. The loop that accepted
+// reads those bytes, asks the router, dials the backend (a raw non-blocking connect,
+// registered once for the connect and the relay), writes the bytes to it and relays,
+// without a goroutine or Go's poller at any point:
 //
 //	r, _ := relay.New(runtime.GOMAXPROCS(0))
+//	ln, _ := r.Listen(fd, acceptor) // acceptor.Accepted(fd, peer) → router, tag, deadline
+//	// router.Route(p, tag, pre) → Wait, Release (the socket comes back) or Connect
+//	...
+//	ln.Close() // no Accepted call runs any more once it returns
+//
+// Connections a router releases (Router.Release) go on with Go's net package; they can come
+// back to the relay once their backend is chosen: let a loop dial it and attach the client,
+// with bytes already read from the client (the ClientHello) written to the backend first,
+//
 //	p, err := r.Dial(endpoint, relay.DialOptions{Timeout: 5 * time.Second})
 //	if err != nil { ... } // try another endpoint
 //	p.Attach(client, hello, relay.Options{ExpectTLS: true}, func(res relay.Result) {
@@ -20,28 +32,26 @@
 //		// both sockets are closed: Start took them over
 //	})
 //
-// or, cheapest, give it the freshly accepted socket and let a loop read the client's first
-// bytes, ask a Router where they go, dial and relay, with no goroutine at any point:
-//
-//	p := r.Adopt(fd, time.Now().Add(helloTimeout), router, conn)
-//	// router.Route(p, conn, pre) → Wait, Release (the socket comes back) or Connect
-//
-// (Adopt leaves TCP_NODELAY to the listening socket, which accepted sockets inherit.)
-//
-// The done callback (Router.Done for Adopt) runs on a loop once both directions have ended;
-// p.Stop ends a pair early (a drain that ran out of time).
+// The done callback (Router.Done for accepted clients) runs on a loop once both
+// directions have ended; p.Stop ends a pair early (a drain that ran out of time).
 //
 // Why not a goroutine per direction: a goroutine parked in Read keeps its stack (2 KiB at
 // least, usually more), so an idle database session held two of them, about 8 KB of the
 // proxy's memory, where HAProxy needs 3.3 KB in all. Here an idle pair is one small struct.
 //
-// How it waits: each loop has an edge-triggered epoll set of its own, and that epoll fd sits
-// in Go's network poller like any socket, so a loop with nothing to do is a parked goroutine
-// that holds no thread and no P, and the runtime keeps scheduling accepts and handshakes
-// normally (a loop blocked in epoll_wait would hold a thread and, with GOMAXPROCS=1, starve
-// the runtime's own poller for up to 10 ms at a time). Adopted sockets are registered for
-// input only and get EPOLLOUT once a write to them falls short, so setting up a connection
-// wakes a loop only when there is something to read.
+// How it waits: each loop has an edge-triggered epoll set of its own, and a goroutine that
+// waits on it with a raw epoll_pwait, which the runtime is not told of: the goroutine keeps
+// its P and its thread, and the kernel wakes that thread directly when a socket is ready.
+// New raises GOMAXPROCS by n so that the rest of the program keeps the Ps it had (and
+// Close lowers it again). Through Go's poller a message cost three epoll calls and a
+// scheduler round (loop.run says more, and how the garbage collector still stops the
+// loops). An idle loop blocks with an ordinary system call after 100 ms, which lets the
+// runtime take its P back. Listening sockets sit in every loop's set with EPOLLEXCLUSIVE,
+// so a new connection wakes one loop, which keeps what it accepts.
+//
+// What wakes a goroutine is not done on a loop but handed to a goroutine of the relay's own
+// (Router.Release, Dial's outcome): a goroutine made runnable on a loop would wait in the
+// run queue of the P the loop holds (see handoffs).
 //
 // How bytes move: small reads go through a pooled 16 KiB buffer that is held only while its
 // bytes wait for the destination; a read that fills the buffer switches the direction to

@@ -16,7 +16,7 @@ import (
 //
 //	Start:  phaseRelaying
 //	Dial:   phaseDialing ─connected─▶ phaseDialed ─Attach─▶ phaseRelaying
-//	Adopt:  phaseRouting ─Connect─▶ phaseDialing ─connected─▶ phaseRelaying
+//	Listen: phaseRouting ─Connect─▶ phaseDialing ─connected─▶ phaseRelaying
 //	        phaseRouting ─Connect, the backend took the bytes at once─▶ phaseRelaying
 //	        phaseDialing ─failed, the router names the next endpoint─▶ phaseDialing
 //	        phaseDialing ─failed, next connect took the bytes at once─▶ phaseRelaying
@@ -28,8 +28,9 @@ import (
 // is released (Router.Release: a Release verdict, EOF or a read error, a full buffer, the
 // preface deadline).
 //
-// Until its first epoll registration a pair belongs to the goroutine in Start, Dial or
-// Adopt, which sets the phase; from then on only its loop changes the phase. Attach, the
+// A pair a loop accepted belongs to that loop from the start. Until its first epoll
+// registration a pair belongs to the goroutine in Start or Dial, which sets the phase; from
+// then on only its loop changes the phase. Attach, the
 // one step taken on another goroutine while the loop may be running the pair, does not
 // touch the phase: it sets started, and the loop's next run of the pair moves it from
 // phaseDialed to phaseRelaying.
@@ -46,10 +47,10 @@ type Pair struct {
 	// idle is opts.IdleTimeout for the sweeper, which must not read opts: an adopted pair
 	// gets its options on the loop, after it is published.
 	idle atomic.Int64
-	// started is set once the loop may run the pair (Start, Attach, Adopt); it publishes
-	// opts, done, fd[0] and the preface to the loop. It is not the phase: it is the one
-	// hand-over from another goroutine to a loop already running the pair (Attach, while
-	// the pair is in phaseDialed), and the sweeper reads it.
+	// started is set once the loop may run the pair (Start, Attach, an accepted client); it
+	// publishes opts, done, fd[0] and the preface to the loop. It is not the phase: it is
+	// the one hand-over from another goroutine to a loop already running the pair (Attach,
+	// while the pair is in phaseDialed), and the sweeper reads it.
 	started atomic.Bool
 	// dialDeadline is when a Dial gives up, or when an adopted client's preface must be
 	// routed (unix nanoseconds); 0 when nothing waits.
@@ -60,10 +61,10 @@ type Pair struct {
 	dialTimedOut atomic.Bool
 	dialed       chan error // Dial's outcome, sent once by the loop
 	ep           netip.AddrPort
-	ownsA, ownsB bool // the relay closes these sockets (Attach, Dial, Adopt)
+	ownsA, ownsB bool // the relay closes these sockets (Attach, Dial, accepted clients)
 
-	// An adopted client's router and the caller's tag for it (Adopt); dialStart is when
-	// the connect the router asked for began.
+	// An accepted client's router and its Acceptor's tag for it; dialStart is when the
+	// connect the router asked for began.
 	rt        Router
 	tag       any
 	dialOpts  DialOptions
@@ -78,14 +79,14 @@ type Pair struct {
 	stopOut string
 	stopErr error
 
-	// Owned by the loop goroutine (set before the first registration by Start, Dial and
-	// Adopt).
+	// Owned by the loop goroutine (set before the first registration by Start and Dial).
 	phase phase
 	// The flags below are not phases: each can be set or not in more than one phase.
 	//
 	// regB: an adopted client's backend socket waits to be registered, whether its connect
-	// is under way (phaseDialing) or done at once (phaseRelaying).
-	regB bool
+	// is under way (phaseDialing) or done at once (phaseRelaying). regA: an adopted client's
+	// socket is in the epoll set (adoptFD reads first, and may release it before).
+	regB, regA bool
 	// outArmed: the side is registered with EPOLLOUT (see armOut); in every phase.
 	outArmed [2]bool
 	// queued: the pair is on this turn's work list (loop.turn), whatever its phase.

@@ -3,6 +3,7 @@ package relay
 import (
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,8 @@ const (
 type Relay struct {
 	loops []*loop
 	next  atomic.Uint32
+	lnIDs atomic.Int32
+	hand  *handoffs
 
 	sweepMu   sync.Mutex
 	sweepEach time.Duration // 0 until a pair with an idle or dial timeout starts
@@ -43,16 +46,36 @@ type Relay struct {
 	closeOnce sync.Once
 }
 
-// New starts n event loops (at least one).
+// New starts n event loops; n ≤ 0 means one per P the program has (GOMAXPROCS, less the Ps
+// other relays reserved). Each loop holds a P of the runtime while it waits (see loop.run),
+// so New raises GOMAXPROCS by the number of loops and Close lowers it again: the rest of
+// the program keeps the Ps it had.
 func New(n int) (*Relay, error) {
+	if n <= 0 {
+		procsMu.Lock()
+		n = runtime.GOMAXPROCS(0) - reservedProcs
+		procsMu.Unlock()
+	}
 	r := &Relay{stop: make(chan struct{}), sweepWake: make(chan struct{}, 1)}
+	var err error
+	if r.hand, err = newHandoffs(); err != nil {
+		return nil, err
+	}
 	for range max(n, 1) {
 		l, err := newLoop()
 		if err != nil {
-			r.Close()
+			for _, l := range r.loops {
+				l.closeFDs()
+			}
+			r.hand.close()
 			return nil, err
 		}
+		l.r = r
 		r.loops = append(r.loops, l)
+	}
+	reserveProcs(len(r.loops))
+	go r.hand.run()
+	for _, l := range r.loops {
 		go l.run()
 	}
 	return r, nil
@@ -66,7 +89,25 @@ func (r *Relay) Close() {
 		for _, l := range r.loops {
 			l.close()
 		}
+		r.hand.close()
+		reserveProcs(-len(r.loops))
 	})
+}
+
+var (
+	procsMu       sync.Mutex // serializes the changes of GOMAXPROCS that relays make
+	reservedProcs int        // Ps added for the loops of the relays running
+)
+
+// reserveProcs adds n Ps to GOMAXPROCS (n < 0: takes them away again). Why: a loop that
+// waits in a raw system call holds its P; without one more P per loop, every other
+// goroutine (TLS handshakes, HTTP, timers) would wait for the loops to yield. (Setting
+// GOMAXPROCS stops the runtime from following changes of the cgroup's CPU limit.)
+func reserveProcs(n int) {
+	procsMu.Lock()
+	defer procsMu.Unlock()
+	reservedProcs += n
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0)+n, 1))
 }
 
 // Pairs returns how many pairs are running.

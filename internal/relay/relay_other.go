@@ -38,11 +38,14 @@ func (*Relay) Start(_, _ *net.TCPConn, _ Options, _ func(Result)) (*Pair, error)
 // Dial fails off Linux.
 func (*Relay) Dial(netip.AddrPort, DialOptions) (*Pair, error) { return nil, errNotLinux }
 
-// Adopt hands fd back at once off Linux (Router.Release with the error).
-func (*Relay) Adopt(fd int, _ time.Time, rt Router, tag any) *Pair {
-	rt.Release(tag, fd, nil, errNotLinux)
-	return nil
-}
+// Listener is a listening socket the loops accept from; off Linux there is none.
+type Listener struct{}
+
+// Listen fails off Linux.
+func (*Relay) Listen(int, Acceptor) (*Listener, error) { return nil, errNotLinux }
+
+// Close does nothing off Linux.
+func (*Listener) Close() error { return nil }
 
 // Attach fails off Linux; a is still the caller's.
 func (*Pair) Attach(*net.TCPConn, []byte, Options, func(Result)) error { return errNotLinux }

@@ -119,9 +119,17 @@ func rawClose(fd int) {
 	unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 }
 
-// epollPoll returns the events ready now (timeout 0: it never blocks).
-func epollPoll(epfd int, evs []unix.EpollEvent) (int, error) {
-	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(unsafe.SliceData(evs))), uintptr(len(evs)), 0, 0, 0)
+// epollWaitRaw waits at most msec milliseconds for events without telling the runtime (see
+// loop.run for why that is safe there and nowhere else).
+func epollWaitRaw(epfd int, evs []unix.EpollEvent, msec int) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(unsafe.SliceData(evs))), uintptr(len(evs)), uintptr(msec), 0, 0)
+	return int(r), errno(e)
+}
+
+// epollWait waits for events as an ordinary blocking system call (msec -1: no limit): the
+// runtime may give the goroutine's P to others meanwhile.
+func epollWait(epfd int, evs []unix.EpollEvent, msec int) (int, error) {
+	r, _, e := unix.Syscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(unsafe.SliceData(evs))), uintptr(len(evs)), uintptr(msec), 0, 0)
 	return int(r), errno(e)
 }
 

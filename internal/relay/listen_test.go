@@ -1,0 +1,321 @@
+//go:build linux
+
+package relay
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// countingAcceptor adopts every connection with rt and counts Accepted and Failed calls.
+type countingAcceptor struct {
+	rt       Router
+	accepted atomic.Int32
+	mu       sync.Mutex
+	failed   []error
+}
+
+func (a *countingAcceptor) Accepted(fd int, _ netip.AddrPort) (Router, any, time.Time, bool) {
+	a.accepted.Add(1)
+	return a.rt, nil, time.Now().Add(5 * time.Second), true
+}
+
+func (a *countingAcceptor) Failed(err error) {
+	a.mu.Lock()
+	a.failed = append(a.failed, err)
+	a.mu.Unlock()
+}
+
+// When Close returns, the listener is closed and no loop accepts from it any more.
+func TestListenerClose(t *testing.T) {
+	r := newRelay(t, 2)
+	ln := listen(t)
+	addr := ln.Addr().String()
+	fd, err := listenerFD(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // the duplicate keeps the socket
+	rt := newTestRouter(func([]byte) Verdict { return Verdict{Action: Release} })
+	rt.released = make(chan released, 100)
+	a := &countingAcceptor{rt: rt}
+	rl, err := r.Listen(fd, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		c.Write([]byte("x"))
+		rel := rt.waitReleased(t)
+		unix.Close(rel.fd)
+		c.Close()
+	}
+	if err := rl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := a.accepted.Load()
+	if n != 10 {
+		t.Fatalf("%d connections accepted, want 10", n)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("connected to a closed listener")
+	}
+	if rl.Close() != nil {
+		t.Fatal("a second Close failed")
+	}
+	if got := a.accepted.Load(); got != n {
+		t.Fatalf("%d Accepted calls after Close", got-n)
+	}
+}
+
+// Out of file descriptors, accept4 fails with EMFILE as long as the connection waits: the
+// loop reports it and stops asking for a while, backing off, instead of spinning on a
+// level-triggered listener, and accepts the connection once descriptors are free again.
+func TestListenBacksOffWhenOutOfFDs(t *testing.T) {
+	r := newRelay(t, 1)
+	ln := listen(t)
+	fd, err := listenerFD(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	bln := listen(t)
+	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
+	a := &countingAcceptor{rt: rt}
+	rl, err := r.Listen(fd, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rl.Close() })
+
+	// The client's socket first: once the limit is down, no descriptor can be made.
+	cfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = uint64(highestFD(t) + 1)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	// Every free descriptor below the limit taken as well: accept4 takes the lowest free one.
+	var fillers []int
+	for {
+		f, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		fillers = append(fillers, f)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			for _, f := range fillers {
+				unix.Close(f)
+			}
+			unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+		}
+	}
+	defer restore()
+	sa := &unix.SockaddrInet4{Port: ln.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}
+	if err := unix.Connect(cfd, sa); err != nil {
+		restore()
+		t.Fatal(err)
+	}
+	time.Sleep(120 * time.Millisecond)
+	restore()
+	a.mu.Lock()
+	failed := append([]error(nil), a.failed...)
+	a.mu.Unlock()
+	if len(failed) == 0 || !errors.Is(failed[0], unix.EMFILE) {
+		t.Fatalf("Failed calls %v, want EMFILE", failed)
+	}
+	// Pauses of 5, 10, 20, 40 and 80 ms fit in 120 ms: a few reports, not a spin.
+	if len(failed) > 8 {
+		t.Fatalf("%d Failed calls in 120 ms: the loop spins on the listener", len(failed))
+	}
+
+	f := os.NewFile(uintptr(cfd), "client")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("late\n"))
+	backend := acceptBackend(t, bln)
+	defer backend.Close()
+	readExpect(t, "backend", backend, "late\n")
+	if a.accepted.Load() != 1 {
+		t.Fatalf("%d connections accepted, want 1", a.accepted.Load())
+	}
+}
+
+// highestFD is the highest descriptor the process has open.
+func highestFD(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi := 0
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n > hi {
+			hi = n
+		}
+	}
+	return hi + 1 // ReadDir's own descriptor is closed by now, and may be the highest
+}
+
+// Router.Release runs off the loops: a Release that waits does not hold up the loop's
+// other pairs (with one loop, a Release run on it would stall the second client forever).
+func TestReleaseRunsOffTheLoop(t *testing.T) {
+	r := newRelay(t, 1)
+	rl, bln := listenRelay(t, r), listen(t)
+	blocked := make(chan struct{})
+	hold := &blockingRelease{
+		testRouter: newTestRouter(func([]byte) Verdict { return Verdict{Action: Release} }),
+		until:      blocked,
+		entered:    make(chan struct{}),
+	}
+	first := rl.adopted(t, hold, nil, time.Now().Add(5*time.Second))
+	first.Write([]byte("x"))
+	<-hold.entered
+
+	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
+	second := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
+	second.Write([]byte("hi\n"))
+	backend := acceptBackend(t, bln)
+	readExpect(t, "backend", backend, "hi\n")
+	backend.Write([]byte("yo"))
+	second.SetDeadline(time.Now().Add(5 * time.Second))
+	readExpect(t, "second client", second, "yo")
+	close(blocked)
+	rel := hold.waitReleased(t)
+	unix.Close(rel.fd)
+	backend.Close()
+	second.Close()
+	rt.waitDone(t)
+}
+
+type blockingRelease struct {
+	*testRouter
+	until   chan struct{}
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingRelease) Release(tag any, fd int, pre []byte, err error) {
+	b.once.Do(func() { close(b.entered) })
+	<-b.until
+	b.testRouter.Release(tag, fd, pre, err)
+}
+
+// New reserves a P per loop on top of what the program had; Close gives them back. New(0)
+// makes one loop per P the program has, not counting the Ps other relays reserved.
+func TestRelayReservesProcs(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	r, err := New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != before+3 {
+		r.Close()
+		t.Fatalf("GOMAXPROCS %d with 3 loops, want %d", got, before+3)
+	}
+	r2, err := New(0)
+	if err != nil {
+		r.Close()
+		t.Fatal(err)
+	}
+	if len(r2.loops) != before || runtime.GOMAXPROCS(0) != 2*before+3 {
+		t.Errorf("New(0) beside a relay of 3 loops: %d loops, GOMAXPROCS %d; want %d and %d",
+			len(r2.loops), runtime.GOMAXPROCS(0), before, 2*before+3)
+	}
+	r2.Close()
+	r.Close()
+	if got := runtime.GOMAXPROCS(0); got != before {
+		t.Fatalf("GOMAXPROCS %d after Close, want %d", got, before)
+	}
+}
+
+// Loops waiting in raw system calls hold their Ps, yet stop for the garbage collector at
+// once: the runtime's preemption signal cuts their waits short.
+func TestGarbageCollectionStopsWaitingLoops(t *testing.T) {
+	newRelay(t, 2)
+	time.Sleep(20 * time.Millisecond) // the loops are in their raw waits
+	t0 := time.Now()
+	for range 50 {
+		runtime.GC()
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("50 collections took %v", d)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	var worst uint64
+	for _, ns := range ms.PauseNs {
+		worst = max(worst, ns)
+	}
+	t.Logf("50 collections in %v, longest pause %v", time.Since(t0), time.Duration(worst))
+}
+
+// An idle relay wakes for nothing: after parkAfter empty waits its loops block without a
+// time limit.
+func TestIdleLoopsSleep(t *testing.T) {
+	newRelay(t, 2)
+	time.Sleep(time.Duration(parkAfter*rawWaitMs)*time.Millisecond + 100*time.Millisecond)
+	before := switches(t)
+	time.Sleep(500 * time.Millisecond)
+	// Two loops waiting 4 ms at a time would switch about 250 times; parked, the process
+	// barely does (the runtime's own threads, the test's sleeps).
+	if n := switches(t) - before; n > 60 {
+		t.Fatalf("%d context switches in 500 ms of idleness", n)
+	}
+}
+
+// switches is the process's voluntary and involuntary context switches so far.
+func switches(t *testing.T) int64 {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				sum += n
+			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				sum += n
+			}
+		}
+	}
+	return sum
+}
