@@ -121,10 +121,34 @@ func (l *loop) accept(st *lnState) {
 			return
 		}
 		st.delay = 0
-		if rt, tag, deadline, ok := ln.acc.Accepted(fd, peer); ok {
-			l.adoptFD(fd, deadline, rt, tag)
+		rt, tag, deadline, ok := ln.acc.Accepted(fd, peer)
+		if !ok {
+			continue
+		}
+		if to := l.balance(); to != l && to.post(func() { to.adoptFD(fd, deadline, rt, tag) }) {
+			continue
+		}
+		l.adoptFD(fd, deadline, rt, tag)
+	}
+}
+
+// balance returns the loop a connection accepted here should go to: this one, unless it
+// has more pairs than the least busy loop by more than a sixteenth. Why: EPOLLEXCLUSIVE
+// wakes the loop that waits first in the listener's queue, so at a low rate of new
+// connections one loop would accept them all, and long-lived database sessions would
+// never spread over the CPUs. Moving one costs a wake-up of the other loop.
+func (l *loop) balance() *loop {
+	n := l.count.Load()
+	least, m := l, n
+	for _, o := range l.r.loops {
+		if c := o.count.Load(); c < m {
+			least, m = o, c
 		}
 	}
+	if n > m+1+m/16 {
+		return least
+	}
+	return l
 }
 
 // pause takes a listener out of the loop's set for a while after an accept error that

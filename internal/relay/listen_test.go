@@ -319,3 +319,36 @@ func switches(t *testing.T) int64 {
 	}
 	return sum
 }
+
+// Connections opened one at a time spread over the loops, though the loop that waits first
+// in the listener's queue accepts them all.
+func TestAcceptedConnectionsSpread(t *testing.T) {
+	r := newRelay(t, 2)
+	ln := listen(t)
+	fd, err := listenerFD(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	wait := newTestRouter(func([]byte) Verdict { return Verdict{Action: Wait} })
+	wait.pair = make(chan *Pair, 100)
+	rl, err := r.Listen(fd, &countingAcceptor{rt: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rl.Close() })
+	const n = 64
+	for i := range n {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		waitPairs(t, r, i+1) // one at a time: the loops are idle when the next comes
+	}
+	for i, l := range r.loops {
+		if c := l.count.Load(); c < n/2-4 {
+			t.Errorf("loop %d runs %d of %d pairs", i, c, n)
+		}
+	}
+}
