@@ -66,9 +66,18 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 			if !d.shut {
 				d.shut = true
 				d.releasePipe()
-				// ENOTCONN when the destination is gone already: the other direction's read
-				// reports that.
-				rawShutdown(p.fd[dst])
+				// The last direction to end: run finishes the pair next, and closing the
+				// destination sends this FIN (its receive side is at EOF, so the close is not
+				// a reset): a shutdown would be a system call for nothing.
+				owned := p.ownsA
+				if dst == 1 {
+					owned = p.ownsB
+				}
+				if !p.d[1-i].shut || !owned {
+					// ENOTCONN when the destination is gone already: the other direction's
+					// read reports that.
+					rawShutdown(p.fd[dst])
+				}
 			}
 			return moved, false, nil
 		}
