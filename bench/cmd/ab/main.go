@@ -258,12 +258,13 @@ func (m *measurer) measure(t *target) (sample, error) {
 			}
 			port, _ = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:])
 		}
-		cpu0, cs0 := procstat.CPU(tree), switches(tree)
+		cpu0, cs0, busy0 := procstat.CPU(tree), switches(tree), cpuBusy()
 		var err error
 		if tps, err = pgbench(port, m.test == "pgs"); err != nil {
 			return nil, err
 		}
 		s["tps"] = tps
+		s["cpu0/op µs"] = (cpuBusy()[0] - busy0[0]) / (tps * 3) * 1e6
 		if pid > 0 {
 			n := tps * 3
 			s["cpu/op µs"] = float64(procstat.CPU(tree)-cpu0) / 1e3 / n
@@ -305,11 +306,11 @@ func (m *measurer) measure(t *target) (sample, error) {
 			return nil, err
 		}
 	}
-	cpu0, cs0 := procstat.CPU(tree), switches(tree)
+	cpu0, cs0, busy0 := procstat.CPU(tree), switches(tree), cpuBusy()
 	if err := runLoadgen(m.loadgen, out, args...); err != nil {
 		return nil, err
 	}
-	cpu, cs := procstat.CPU(tree)-cpu0, switches(tree)-cs0
+	cpu, cs, busy := procstat.CPU(tree)-cpu0, switches(tree)-cs0, cpuBusy()
 	var sys map[string]float64
 	if counts != nil {
 		sys = counts()
@@ -330,6 +331,12 @@ func (m *measurer) measure(t *target) (sample, error) {
 	case "bulk":
 		s["GB/s"] = bulk.GBps
 		ops = float64(bulk.Bytes) / (1 << 30)
+	}
+	if ops > 0 && m.test == "rr" {
+		// The rate is bound by CPU 0, where the clients and the backend run: what each
+		// request costs there (busy time, the host's steal left out) is what a proxy does
+		// to it.
+		s["cpu0/op µs"] = (busy[0] - busy0[0]) / ops * 1e6
 	}
 	if pid > 0 && ops > 0 {
 		unit := "µs"
@@ -402,6 +409,26 @@ func (s sample) String() string {
 		fmt.Fprintf(&b, "  %s %.3g", k, s[k])
 	}
 	return b.String()
+}
+
+// cpuBusy is each CPU's busy time so far in seconds, from /proc/stat: user, nice, system,
+// irq and softirq, without idle, iowait and the time the host stole.
+func cpuBusy() []float64 {
+	b, _ := os.ReadFile("/proc/stat")
+	var out []float64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		var sum float64
+		for _, i := range []int{1, 2, 3, 6, 7} {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			sum += v
+		}
+		out = append(out, sum/100) // USER_HZ
+	}
+	return out
 }
 
 // switches is the voluntary and involuntary context switches of every thread of pids.
