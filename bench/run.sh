@@ -2,7 +2,7 @@
 # bench/run.sh — snigate's benchmark against HAProxy, nginx and sniproxy, measured side by side
 # (docs/performance.md states the targets).
 #
-#   bench/run.sh            full run: 5 interleaved rounds, < 10 minutes on 2 cores; writes
+#   bench/run.sh            full run: 5 interleaved rounds, 8-15 minutes on 2 cores; writes
 #                           bench/results/latest.json, bench/results/chart.svg and
 #                           docs/performance.md
 #   bench/run.sh --smoke    one round with tiny counts, < 2 minutes (CI); writes to a temp

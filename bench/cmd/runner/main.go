@@ -48,7 +48,7 @@ var (
 	full = params{ConnsN: 6000, Conc: 16, LatencyN: 8000, IdleN: 3000, TermN: 1500, BulkBytes: 1 << 30,
 		ShapeN: 4000, RRConns: 50, RRTime: 2 * time.Second,
 		ScaleExact: 100_000, ScaleWild: 1000, Reloads: 3,
-		PGSeconds: 3, PGClients: 8, Benchtime: "300ms", Budget: 720 * time.Second}
+		PGSeconds: 3, PGClients: 8, Benchtime: "300ms", Budget: 20 * time.Minute}
 	smoke = params{ConnsN: 300, Conc: 16, LatencyN: 300, IdleN: 200, TermN: 100, BulkBytes: 32 << 20,
 		ShapeN: 200, RRConns: 20, RRTime: 300 * time.Millisecond,
 		ScaleExact: 2000, ScaleWild: 20, Reloads: 2,

@@ -105,7 +105,7 @@ func (r *Results) Markdown(chart, notes string) string {
 		w("Versions: %s.\n", strings.Join(vs, ", "))
 	}
 	w("\nEvery cell is the median over the rounds, with the minimum and maximum in parentheses. Ratios\n")
-	w("compare medians measured in the same run. Run it again with `bench/run.sh` (about %s);\n", "8 minutes")
+	w("compare medians measured in the same run. Run it again with `bench/run.sh` (%s);\n", "8 to 15 minutes, as busy as the machine is")
 	w("`bench/run.sh --smoke` is the one-round version CI runs.\n\n")
 	if len(r.Errors) > 0 {
 		w("**This run had errors** (its numbers are incomplete):\n\n")
