@@ -76,6 +76,7 @@ func main() {
 	rrTime := flag.Duration("rr-time", 2*time.Second, "rr: how long each measurement sends")
 	flags := flag.String("snigate-flags", "", "extra serve flags for every snigate target, space-separated")
 	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation (perf stat)")
+	proxyCPUs := flag.String("proxy-cpus", "", "move each proxy to these CPUs while it is measured (taskset list; default: CPU 1, CPU 0 for latency)")
 	keep := flag.Bool("keep", false, "keep the work folder")
 	flag.Parse()
 	if *loadgen == "" || *backend == "" || flag.NArg() == 0 {
@@ -191,7 +192,7 @@ func main() {
 		targets = append(targets, t)
 	}
 
-	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys}
+	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys, proxyCPUs: *proxyCPUs}
 	results := map[string][]sample{}
 	for r := range *rounds {
 		k := r % len(targets)
@@ -209,12 +210,13 @@ func main() {
 }
 
 type measurer struct {
-	syscalls bool
-	loadgen  string
-	test     string
-	n, conc  int
-	rrTime   time.Duration
-	ports    map[string]int
+	syscalls  bool
+	proxyCPUs string
+	loadgen   string
+	test      string
+	n, conc   int
+	rrTime    time.Duration
+	ports     map[string]int
 }
 
 func (m *measurer) measure(t *target) (sample, error) {
@@ -258,8 +260,12 @@ func (m *measurer) measure(t *target) (sample, error) {
 			}
 			port, _ = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:])
 		}
+		unpin, err := m.pinFor(tree)
+		if err != nil {
+			return nil, err
+		}
+		defer unpin()
 		cpu0, cs0, busy0 := procstat.CPU(tree), switches(tree), cpuBusy()
-		var err error
 		if tps, err = pgbench(port, m.test == "pgs"); err != nil {
 			return nil, err
 		}
@@ -293,12 +299,11 @@ func (m *measurer) measure(t *target) (sample, error) {
 	default:
 		return nil, fmt.Errorf("unknown test %q", m.test)
 	}
-	if m.test == "latency" && pid > 0 {
-		if err := procstat.Pin(tree, "0"); err != nil {
-			return nil, err
-		}
-		defer procstat.Pin(tree, "1")
+	unpin, err := m.pinFor(tree)
+	if err != nil {
+		return nil, err
 	}
+	defer unpin()
 	var counts func() map[string]float64
 	if m.syscalls && pid > 0 {
 		var err error
@@ -396,6 +401,22 @@ func perfStat(pids []int) (func() map[string]float64, error) {
 		}
 		return got
 	}, nil
+}
+
+// pinFor moves a proxy's threads for one measurement: to CPU 0 for the latency test (as the
+// harness does), to --proxy-cpus when it is set; the function returns them to CPU 1.
+func (m *measurer) pinFor(tree []int) (func(), error) {
+	cpus := m.proxyCPUs
+	if m.test == "latency" {
+		cpus = "0"
+	}
+	if cpus == "" || len(tree) == 0 {
+		return func() {}, nil
+	}
+	if err := procstat.Pin(tree, cpus); err != nil {
+		return nil, err
+	}
+	return func() { procstat.Pin(tree, "1") }, nil
 }
 
 func (s sample) String() string {
