@@ -69,7 +69,7 @@ func (p *Pair) adopt() bool {
 	before := d.end
 	for p.readable[0] && d.end < len(*d.buf) {
 		space := len(*d.buf) - d.end
-		n, err := readRetry(p.fd[0], (*d.buf)[d.end:])
+		n, err := recvRetry(p.fd[0], (*d.buf)[d.end:])
 		switch {
 		case err == unix.EAGAIN:
 			p.readable[0] = false

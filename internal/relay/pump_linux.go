@@ -101,7 +101,7 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 			continue
 		}
 		bp := bufs.Get().(*[]byte)
-		n, err := readRetry(p.fd[src], *bp)
+		n, err := recvRetry(p.fd[src], *bp)
 		if err != nil || n == 0 {
 			bufs.Put(bp)
 			if err == unix.EAGAIN {
@@ -139,7 +139,7 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 // errnos.
 func (d *direction) flush(fd int) (int, error) {
 	if d.end > d.off {
-		n, err := writeRetry(fd, (*d.buf)[d.off:d.end])
+		n, err := sendRetry(fd, (*d.buf)[d.off:d.end])
 		if n > 0 {
 			d.off += n
 			d.n += int64(n)
