@@ -12,9 +12,10 @@ import (
 // goroutine (Router.Release, whose socket goes on with Go's net package; a Dial's
 // outcome). Why not from the loop: a goroutine made runnable there goes into the run queue
 // of the loop's P, which the loop holds while it waits in the kernel, and the runtime takes
-// it from there only after a spinning thread sleeps a few microseconds to be sure (runqgrab),
-// about 50 µs with the kernel's timer slack. A write to an eventfd in Go's poller wakes the
-// runtime's poller thread instead, which runs the functions on a P of its own.
+// it from there only after a spinning thread slept a few microseconds to be sure
+// (runqgrab), about 50 µs with the kernel's timer slack. A write to an eventfd in Go's
+// poller wakes the runtime's poller thread instead, which runs the functions on a P of its
+// own.
 type handoffs struct {
 	efd int
 	f   *os.File

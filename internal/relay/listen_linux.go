@@ -40,10 +40,11 @@ const (
 )
 
 // Listen makes the loops accept the connections of fd, a non-blocking listening TCP socket,
-// which the Listener owns from now on (Close closes it; so does Listen when it fails). Each loop has the socket in its epoll set
-// with EPOLLEXCLUSIVE, so a new connection wakes one loop, which accepts it, asks acc what to
-// do with it, and adopts it itself: it reads the client's first bytes, routes, dials and
-// relays on the thread that accepted, with no goroutine and no hand-over between threads.
+// which the Listener owns from now on (Close closes it; so does Listen when it fails). Each
+// loop has the socket in its epoll set with EPOLLEXCLUSIVE, so a new connection wakes one
+// loop, which accepts it, asks acc what to do with it, and adopts it itself (see balance):
+// it reads the client's first bytes, routes, dials and relays on the thread that accepted,
+// with no goroutine and no hand-over between threads.
 //
 // Why not a goroutine per listener that accepts and hands each socket to a loop: the
 // accepting goroutine is woken through Go's poller for every connection, and the hand-over
