@@ -16,47 +16,33 @@ import (
 // sysmon polls every 20 µs for at least a millisecond. One such call per connection is
 // enough to keep it polling under load.
 
+// ioRetry makes one read-like or write-like system call on b (trap: recvfrom, sendto, read
+// or write; flags is recvfrom's and sendto's, which read and write ignore), again when a
+// signal interrupted it.
+func ioRetry(trap uintptr, fd int, b []byte, flags uintptr) (int, error) {
+	for {
+		r, _, e := unix.RawSyscall6(trap, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), flags, 0, 0)
+		if e != unix.EINTR {
+			return int(r), errno(e)
+		}
+	}
+}
+
 // recvRetry and sendRetry read and write the relayed sockets with recvfrom and sendto rather
 // than read and write, which go through the VFS layer first (vfs_read/vfs_write,
 // rw_verify_area, security_file_permission, fdget_pos): about 7 % of the proxy's CPU under
 // 50 busy connections (perf). sendto also takes MSG_NOSIGNAL: a write to a reset peer fails
 // with EPIPE without raising SIGPIPE for the runtime to ignore.
-func recvRetry(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0)
-		if e != unix.EINTR {
-			return int(r), errno(e)
-		}
-	}
-}
+func recvRetry(fd int, b []byte) (int, error) { return ioRetry(unix.SYS_RECVFROM, fd, b, 0) }
 
 func sendRetry(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), unix.MSG_NOSIGNAL, 0, 0)
-		if e != unix.EINTR {
-			return int(r), errno(e)
-		}
-	}
+	return ioRetry(unix.SYS_SENDTO, fd, b, unix.MSG_NOSIGNAL)
 }
 
-// readRetry and writeRetry are for the eventfds.
-func readRetry(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
-		if e != unix.EINTR {
-			return int(r), errno(e)
-		}
-	}
-}
+// readRetry and writeRetry are for the eventfds, which are not sockets.
+func readRetry(fd int, b []byte) (int, error) { return ioRetry(unix.SYS_READ, fd, b, 0) }
 
-func writeRetry(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
-		if e != unix.EINTR {
-			return int(r), errno(e)
-		}
-	}
-}
+func writeRetry(fd int, b []byte) (int, error) { return ioRetry(unix.SYS_WRITE, fd, b, 0) }
 
 func spliceRetry(from, to, n int) (int64, error) {
 	for {
