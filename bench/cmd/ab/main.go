@@ -265,16 +265,29 @@ func (m *measurer) measure(t *target) (sample, error) {
 			return nil, err
 		}
 		defer unpin()
-		cpu0, cs0, busy0 := procstat.CPU(tree), switches(tree), cpuBusy()
+		var counts func() map[string]float64
+		if m.syscalls && pid > 0 {
+			if counts, err = perfStat(tree); err != nil {
+				return nil, err
+			}
+		}
+		cpu0, cs0, busy0, us0 := procstat.CPU(tree), switches(tree), cpuBusy(), userSys(tree)
 		if tps, err = pgbench(port, m.test == "pgs"); err != nil {
 			return nil, err
 		}
 		s["tps"] = tps
-		s["cpu0/op µs"] = (cpuBusy()[0] - busy0[0]) / (tps * 3) * 1e6
+		n := tps * pgSeconds
+		s["cpu0/op µs"] = (cpuBusy()[0] - busy0[0]) / n * 1e6
 		if pid > 0 {
-			n := tps * 3
-			s["cpu/op µs"] = float64(procstat.CPU(tree)-cpu0) / 1e3 / n
+			cpu := float64(procstat.CPU(tree)-cpu0) / 1e3 / n
+			s["cpu/op µs"] = cpu
+			s["kernel/op µs"] = cpu * userSys(tree).kernelShare(us0)
 			s["cs/op"] = float64(switches(tree)-cs0) / n
+		}
+		if counts != nil {
+			for k, v := range counts() {
+				s[k+"/op"] = v / n
+			}
 		}
 		return s, nil
 	case "latency":
@@ -311,11 +324,12 @@ func (m *measurer) measure(t *target) (sample, error) {
 			return nil, err
 		}
 	}
-	cpu0, cs0, busy0 := procstat.CPU(tree), switches(tree), cpuBusy()
+	cpu0, cs0, busy0, us0 := procstat.CPU(tree), switches(tree), cpuBusy(), userSys(tree)
 	if err := runLoadgen(m.loadgen, out, args...); err != nil {
 		return nil, err
 	}
 	cpu, cs, busy := procstat.CPU(tree)-cpu0, switches(tree)-cs0, cpuBusy()
+	kernel := userSys(tree).kernelShare(us0)
 	var sys map[string]float64
 	if counts != nil {
 		sys = counts()
@@ -350,6 +364,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 			unit, scale = "ms", 1e6
 		}
 		s["cpu/op "+unit] = float64(cpu) / scale / ops
+		s["kernel/op "+unit] = float64(cpu) / scale / ops * kernel
 		s["cs/op"] = float64(cs) / ops
 		for k, v := range sys {
 			s[k+"/op"] = v / ops
@@ -497,12 +512,36 @@ func runLoadgen(bin string, out any, args ...string) error {
 var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
 // pgbench runs pgbench for 3 s against port (8 clients, 2 threads, TLS), on CPU 0.
+// cpuSplit is a process tree's user and kernel CPU time (procstat.UserSys) at one moment.
+type cpuSplit struct{ user, sys int64 }
+
+func userSys(tree []int) cpuSplit {
+	u, k := procstat.UserSys(tree)
+	return cpuSplit{u, k}
+}
+
+// kernelShare is the part of the CPU time since before that the kernel spent: what the
+// proxy's system calls and its sockets' TCP work cost, against its own code. It scales the
+// precise per-operation CPU (from schedstat) into "kernel/op", since utime and stime come in
+// 10 ms ticks.
+func (c cpuSplit) kernelShare(before cpuSplit) float64 {
+	u, k := c.user-before.user, c.sys-before.sys
+	if u+k <= 0 {
+		return 0
+	}
+	return float64(k) / float64(u+k)
+}
+
+// pgSeconds is how long each pgbench measurement runs; the per-transaction numbers divide
+// by tps × pgSeconds (pgbench's rate leaves the connections' set-up out).
+const pgSeconds = 3
+
 func pgbench(port int, selectOnly bool) (float64, error) {
 	bin, err := pgsrv.Pgbench()
 	if err != nil {
 		return 0, err
 	}
-	args := []string{"-c", "0", bin, "-n", "-c", "8", "-j", "2", "-T", "3"}
+	args := []string{"-c", "0", bin, "-n", "-c", "8", "-j", "2", "-T", strconv.Itoa(pgSeconds)}
 	if selectOnly {
 		args = append(args, "-S")
 	}

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestOwnProcess(t *testing.T) {
@@ -21,6 +22,23 @@ func TestOwnProcess(t *testing.T) {
 	if s.CPUNanos <= 0 || s.Mem <= 0 || s.FDs < 3 {
 		t.Fatalf("%+v", s)
 	}
+	// Spin in user space and in the kernel until both clocks have ticked: a field read off
+	// by one would miss a tick or take another field (state, a pid) for a time.
+	u0, k0 := UserSys([]int{os.Getpid()})
+	x := 0
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		u, k := UserSys([]int{os.Getpid()})
+		if u > u0 && k > k0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("user %d → %d ns, kernel %d → %d ns after 10 s of busy work", u0, u, k0, k)
+		}
+		for i := range 100_000 {
+			x += i % 7 // user time between the reads, which are kernel time
+		}
+	}
+	_ = x
 	if RSS([]int{os.Getpid()}) <= 0 {
 		t.Fatal("no RSS")
 	}
