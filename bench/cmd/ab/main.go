@@ -511,7 +511,6 @@ func runLoadgen(bin string, out any, args ...string) error {
 
 var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
-// pgbench runs pgbench for 3 s against port (8 clients, 2 threads, TLS), on CPU 0.
 // cpuSplit is a process tree's user and kernel CPU time (procstat.UserSys) at one moment.
 type cpuSplit struct{ user, sys int64 }
 
@@ -523,7 +522,8 @@ func userSys(tree []int) cpuSplit {
 // kernelShare is the part of the CPU time since before that the kernel spent: what the
 // proxy's system calls and its sockets' TCP work cost, against its own code. It scales the
 // precise per-operation CPU (from schedstat) into "kernel/op", since utime and stime come in
-// 10 ms ticks.
+// 10 ms ticks. It is a lower bound: a tick that falls due while the kernel returns from a
+// system call is counted as user time (a profile, bench/results/notes.md, tells them apart).
 func (c cpuSplit) kernelShare(before cpuSplit) float64 {
 	u, k := c.user-before.user, c.sys-before.sys
 	if u+k <= 0 {
@@ -536,6 +536,7 @@ func (c cpuSplit) kernelShare(before cpuSplit) float64 {
 // by tps × pgSeconds (pgbench's rate leaves the connections' set-up out).
 const pgSeconds = 3
 
+// pgbench runs pgbench for pgSeconds against port (8 clients, 2 threads, TLS), on CPU 0.
 func pgbench(port int, selectOnly bool) (float64, error) {
 	bin, err := pgsrv.Pgbench()
 	if err != nil {
