@@ -250,6 +250,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 	var rr load.RRResult
 	var bulk load.BulkResult
 	var tps float64
+	var run func() error // the measured work: the load generator unless a test sets it
 	switch m.test {
 	case "pg", "pgs":
 		port := m.ports["pg"]
@@ -260,36 +261,10 @@ func (m *measurer) measure(t *target) (sample, error) {
 			}
 			port, _ = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:])
 		}
-		unpin, err := m.pinFor(tree)
-		if err != nil {
-			return nil, err
+		run = func() (err error) {
+			tps, err = pgbench(port, m.test == "pgs")
+			return err
 		}
-		defer unpin()
-		var counts func() map[string]float64
-		if m.syscalls && pid > 0 {
-			if counts, err = perfStat(tree); err != nil {
-				return nil, err
-			}
-		}
-		cpu0, cs0, busy0, us0 := procstat.CPU(tree), switches(tree), cpuBusy(), userSys(tree)
-		if tps, err = pgbench(port, m.test == "pgs"); err != nil {
-			return nil, err
-		}
-		s["tps"] = tps
-		n := tps * pgSeconds
-		s["cpu0/op µs"] = (cpuBusy()[0] - busy0[0]) / n * 1e6
-		if pid > 0 {
-			cpu := float64(procstat.CPU(tree)-cpu0) / 1e3 / n
-			s["cpu/op µs"] = cpu
-			s["kernel/op µs"] = cpu * userSys(tree).kernelShare(us0)
-			s["cs/op"] = float64(switches(tree)-cs0) / n
-		}
-		if counts != nil {
-			for k, v := range counts() {
-				s[k+"/op"] = v / n
-			}
-		}
-		return s, nil
 	case "latency":
 		args = []string{"latency", "--addr", port("echo"), "--sni", sniEcho, "-n", def(m.n, 8000)}
 		out = &lat
@@ -324,12 +299,19 @@ func (m *measurer) measure(t *target) (sample, error) {
 			return nil, err
 		}
 	}
-	cpu0, cs0, busy0, us0 := procstat.CPU(tree), switches(tree), cpuBusy(), userSys(tree)
-	if err := runLoadgen(m.loadgen, out, args...); err != nil {
+	cpu0, cs0, busy0, us0 := procstat.CPU(tree), switches(tree), cpuBusy(), procstat.UserSys(tree)
+	if run == nil {
+		run = func() error { return runLoadgen(m.loadgen, out, args...) }
+	}
+	if err := run(); err != nil {
 		return nil, err
 	}
 	cpu, cs, busy := procstat.CPU(tree)-cpu0, switches(tree)-cs0, cpuBusy()
-	kernel := userSys(tree).kernelShare(us0)
+	// The kernel's share scales the precise schedstat CPU into "kernel/op", since utime and
+	// stime come in 10 ms ticks. A lower bound: a tick that falls due while the kernel
+	// returns from a system call counts as user time (a profile tells them apart:
+	// bench/results/notes.md).
+	kernel := procstat.UserSys(tree).KernelShare(us0)
 	var sys map[string]float64
 	if counts != nil {
 		sys = counts()
@@ -350,11 +332,14 @@ func (m *measurer) measure(t *target) (sample, error) {
 	case "bulk":
 		s["GB/s"] = bulk.GBps
 		ops = float64(bulk.Bytes) / (1 << 30)
+	case "pg", "pgs":
+		s["tps"] = tps
+		ops = tps * pgSeconds
 	}
-	if ops > 0 && m.test == "rr" {
-		// The rate is bound by CPU 0, where the clients and the backend run: what each
-		// request costs there (busy time, the host's steal left out) is what a proxy does
-		// to it.
+	if ops > 0 && (m.test == "rr" || m.test == "pg" || m.test == "pgs") {
+		// rr and pgbench: the rate is bound by CPU 0, where the clients and the backend
+		// run; what each operation costs there (busy time, the host's steal left out) is
+		// what a proxy does to it.
 		s["cpu0/op µs"] = (busy[0] - busy0[0]) / ops * 1e6
 	}
 	if pid > 0 && ops > 0 {
@@ -510,27 +495,6 @@ func runLoadgen(bin string, out any, args ...string) error {
 }
 
 var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
-
-// cpuSplit is a process tree's user and kernel CPU time (procstat.UserSys) at one moment.
-type cpuSplit struct{ user, sys int64 }
-
-func userSys(tree []int) cpuSplit {
-	u, k := procstat.UserSys(tree)
-	return cpuSplit{u, k}
-}
-
-// kernelShare is the part of the CPU time since before that the kernel spent: what the
-// proxy's system calls and its sockets' TCP work cost, against its own code. It scales the
-// precise per-operation CPU (from schedstat) into "kernel/op", since utime and stime come in
-// 10 ms ticks. It is a lower bound: a tick that falls due while the kernel returns from a
-// system call is counted as user time (a profile, bench/results/notes.md, tells them apart).
-func (c cpuSplit) kernelShare(before cpuSplit) float64 {
-	u, k := c.user-before.user, c.sys-before.sys
-	if u+k <= 0 {
-		return 0
-	}
-	return float64(k) / float64(u+k)
-}
 
 // pgSeconds is how long each pgbench measurement runs; the per-transaction numbers divide
 // by tps × pgSeconds (pgbench's rate leaves the connections' set-up out).

@@ -79,12 +79,25 @@ func CPU(pids []int) int64 {
 // supports (the kernel exports it as a constant to user space, whatever its own HZ).
 const clockTick = 10_000_000 // ns
 
-// UserSys returns the CPU time in nanoseconds that pids spent in user space and in the
-// kernel: utime and stime of /proc/PID/stat, which count the process's live and exited
-// threads, in clock ticks of 10 ms. Coarser than CPU, so compare the two over seconds of
-// load: they answer how much of a proxy's cost is the kernel's, the part no user-space
-// change removes.
-func UserSys(pids []int) (user, sys int64) {
+// Times is the CPU time in nanoseconds a process tree spent in user space and in the kernel.
+type Times struct{ User, Sys int64 }
+
+// KernelShare is the part of the CPU time between before and t that the kernel spent, 0
+// when no tick fell between them.
+func (t Times) KernelShare(before Times) float64 {
+	u, k := t.User-before.User, t.Sys-before.Sys
+	if u+k <= 0 {
+		return 0
+	}
+	return float64(k) / float64(u+k)
+}
+
+// UserSys returns the CPU time that pids spent in user space and in the kernel: utime and
+// stime of /proc/PID/stat, which count the process's live and exited threads, in clock
+// ticks of 10 ms. Coarser than CPU, so compare the two over seconds of load: they answer
+// how much of a proxy's cost is the kernel's, the part no user-space change removes.
+func UserSys(pids []int) Times {
+	var t Times
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
@@ -101,10 +114,10 @@ func UserSys(pids []int) (user, sys int64) {
 		}
 		u, _ := strconv.ParseInt(f[11], 10, 64)
 		k, _ := strconv.ParseInt(f[12], 10, 64)
-		user += u * clockTick
-		sys += k * clockTick
+		t.User += u * clockTick
+		t.Sys += k * clockTick
 	}
-	return user, sys
+	return t
 }
 
 // RSS returns the summed VmRSS of pids in bytes.

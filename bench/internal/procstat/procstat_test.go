@@ -24,15 +24,15 @@ func TestOwnProcess(t *testing.T) {
 	}
 	// Spin in user space and in the kernel until both clocks have ticked: a field read off
 	// by one would miss a tick or take another field (state, a pid) for a time.
-	u0, k0 := UserSys([]int{os.Getpid()})
+	t0 := UserSys([]int{os.Getpid()})
 	x := 0
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		u, k := UserSys([]int{os.Getpid()})
-		if u > u0 && k > k0 {
+		t1 := UserSys([]int{os.Getpid()})
+		if t1.User > t0.User && t1.Sys > t0.Sys {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("user %d → %d ns, kernel %d → %d ns after 10 s of busy work", u0, u, k0, k)
+			t.Fatalf("user %d → %d ns, kernel %d → %d ns after 10 s of busy work", t0.User, t1.User, t0.Sys, t1.Sys)
 		}
 		for i := range 100_000 {
 			x += i % 7 // user time between the reads, which are kernel time
