@@ -166,7 +166,9 @@ func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg stri
 			r.refuseExposure(in.src, v1alpha1.ReasonTenantGatewayNotRendered, fmt.Sprintf("TenantGateway %s/%s renders nothing new (%s: %s)", t.Namespace, t.Name, reason, msg))
 			continue
 		}
-		x.Rendered = false
+		// Its own status, not the previous result's: Render must leave Previous as it was
+		// (it is still read while this one is built and completed).
+		x.Rendered, x.Status = false, *x.Status.DeepCopy()
 		r.out.Exposures = append(r.out.Exposures, x)
 		if ref := in.d.Spec.CertificateRef; ref != nil && len(x.Status.Hostnames) > 0 {
 			// Its Certificate keeps the names the kept route serves.

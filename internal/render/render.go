@@ -51,6 +51,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -509,7 +510,11 @@ func (r *renderer) previous(t *v1alpha1.TenantGateway, st *Tenant) {
 	}
 	for _, pt := range p.Tenants {
 		if pt.Namespace == t.Namespace && pt.Name == t.Name {
-			st.Status.Listeners, st.Status.ListenerCount, st.held = pt.Status.Listeners, pt.Status.ListenerCount, pt.held
+			// Copies, not the previous result's own: Complete writes the listeners of this
+			// result while the previous one is still read (the admin server encodes the
+			// serving status while the next load runs), and Render must leave Previous as it
+			// was.
+			st.Status.Listeners, st.Status.ListenerCount, st.held = slices.Clone(pt.Status.Listeners), pt.Status.ListenerCount, maps.Clone(pt.held)
 			if pt.secret != nil {
 				st.secret = pt.secret
 				r.out.Secrets = append(r.out.Secrets, pt.secret)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -397,5 +398,72 @@ func TestAnchorsInUse(t *testing.T) {
 	got := AnchorsInUse(out, results)
 	if c := got[types.NamespacedName{Namespace: "acme", Name: "db-ca"}]; len(c) != 1 || c[0] != leaf.Leaf || len(got) != 1 {
 		t.Errorf("orders probed: %v", got)
+	}
+}
+
+// Render leaves Previous as it was, even when it renders a TenantGateway's previous objects
+// again: the result it returns shares no status with Previous, so completing it (or anything
+// else writing its status) cannot change what the serving state still shows. The admin
+// server encodes that state while the next load runs; a shared listener list was a data race.
+func TestKeptStatusIsACopy(t *testing.T) {
+	good := load(t, "testdata/databases.in.yaml")
+	first, _ := run(good, Options{Now: now})
+	var tenants []v1alpha1.TenantGatewayStatus
+	for _, tn := range first.Tenants {
+		tenants = append(tenants, *tn.Status.DeepCopy())
+	}
+	var exposures []v1alpha1.DatabaseExposureStatus
+	for _, x := range first.Exposures {
+		exposures = append(exposures, *x.Status.DeepCopy())
+	}
+	if len(tenants) == 0 || len(tenants[0].Listeners) == 0 || len(exposures) == 0 {
+		t.Fatalf("the good input rendered %d tenants, %d exposures", len(tenants), len(exposures))
+	}
+
+	// Without its Secret the TenantGateway renders its previous objects again.
+	bad := *good
+	bad.Secrets = nil
+	kept, _ := run(&bad, Options{Now: now, Previous: first})
+	if kept.Gateways[0] != first.Gateways[0] {
+		t.Fatal("the previous Gateway was not kept")
+	}
+	// Write every status field of the kept result, as a later Complete or probe might.
+	for i := range kept.Tenants {
+		tn := &kept.Tenants[i]
+		for j := range tn.Status.Listeners {
+			tn.Status.Listeners[j].Ready = !tn.Status.Listeners[j].Ready
+			tn.Status.Listeners[j].AttachedRoutes += 7
+			tn.Status.Listeners[j].Reason = "Scribbled"
+		}
+		for j := range tn.Status.Conditions {
+			tn.Status.Conditions[j].Message = "scribbled"
+		}
+		for name := range tn.held {
+			tn.held[name] = "Scribbled"
+		}
+	}
+	for i := range kept.Exposures {
+		x := &kept.Exposures[i]
+		for j := range x.Status.Conditions {
+			x.Status.Conditions[j].Message = "scribbled"
+		}
+		for j := range x.Status.Hostnames {
+			x.Status.Hostnames[j] = "scribbled.example"
+		}
+	}
+	for i, tn := range first.Tenants {
+		if !equality.Semantic.DeepEqual(tn.Status, tenants[i]) {
+			t.Errorf("TenantGateway %s: writing the kept result changed the previous status:\n%+v\nwas\n%+v", tn.Name, tn.Status, tenants[i])
+		}
+		for name, reason := range tn.held {
+			if reason == "Scribbled" {
+				t.Errorf("TenantGateway %s: listener %s's held reason is shared with the kept result", tn.Name, name)
+			}
+		}
+	}
+	for i, x := range first.Exposures {
+		if !equality.Semantic.DeepEqual(x.Status, exposures[i]) {
+			t.Errorf("DatabaseExposure %s: writing the kept result changed the previous status:\n%+v\nwas\n%+v", x.Name, x.Status, exposures[i])
+		}
 	}
 }
