@@ -100,7 +100,9 @@ type Options struct {
 	// default "cert-manager".
 	CertManagerNamespace string
 	// Previous is the last result; its objects for a TenantGateway are rendered again when
-	// the TenantGateway's new input cannot be (see the package doc).
+	// the TenantGateway's new input cannot be (see the package doc). Render never writes it,
+	// and the result shares no status with it: the serving state that holds it may be read
+	// while the next result is built and completed.
 	Previous *Result
 	// Issuers and Certificates are the cert-manager objects that exist (a cluster's): one
 	// at a name the TenantGateway would render and does not own is never overwritten, the
