@@ -1,16 +1,20 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
 
@@ -247,5 +251,73 @@ snigate_object_condition{kind="TrustAnchor",name="ca",namespace="t",type="Ready"
 		`snigate_object_condition{kind="TenantGateway",name="tg",namespace="t",type="Ready"} 0` + "\n"
 	if err := testutil.CollectAndCompare(m.Conditions, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+// /status and /readyz read State while a reload runs. A reload that keeps a TenantGateway's
+// previous objects (here: another object holds the name of its redirect route) must not
+// write into the state being served: under the race detector, a status shared between the
+// serving render and the next one fails this test.
+func TestStateWhileReloading(t *testing.T) {
+	good, err := file.Load("../../examples/databases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(good.TenantGateways) == 0 || len(good.DatabaseExposures) == 0 {
+		t.Fatalf("examples/databases: %d TenantGateways, %d DatabaseExposures", len(good.TenantGateways), len(good.DatabaseExposures))
+	}
+	tg := good.TenantGateways[0]
+	kept := *good
+	kept.HTTPRoutes = append(slices.Clone(good.HTTPRoutes), &gwv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: tg.Namespace, Name: tg.Name + "-http-redirect"}})
+
+	m := metrics.New()
+	r, err := New(Config{Apply: (&recorder{}).apply, Metrics: m, Render: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(good); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := json.NewEncoder(io.Discard).Encode(r.State()); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for i := range 20 {
+		in := good
+		if i%2 == 0 {
+			in = &kept
+		}
+		if err := r.Run(in); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// A kept run serves the previous Gateway and says why nothing new was rendered.
+	if err := r.Run(&kept); err != nil {
+		t.Fatal(err)
+	}
+	st := r.State()
+	if len(st.Tenants) != 1 || st.Generation != 22 {
+		t.Fatalf("state: generation %d, %d tenants", st.Generation, len(st.Tenants))
+	}
+	if c := meta.FindStatusCondition(st.Tenants[0].Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonNameInUse {
+		t.Errorf("the kept run's Ready condition %+v, want reason %s", c, v1alpha1.ReasonNameInUse)
 	}
 }
