@@ -349,7 +349,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 			unit, scale = "ms", 1e6
 		}
 		s["cpu/op "+unit] = float64(cpu) / scale / ops
-		s["kernel/op "+unit] = float64(cpu) / scale / ops * kernel
+		s["kernel/op "+unit] = s["cpu/op "+unit] * kernel
 		s["cs/op"] = float64(cs) / ops
 		for k, v := range sys {
 			s[k+"/op"] = v / ops

@@ -34,18 +34,28 @@ func Tree(pid int) []int {
 	return out
 }
 
-func ppid(pid int) (int, bool) {
+// statFields returns the fields of /proc/PID/stat after comm, so that field n of stat(5)
+// is statFields(pid)[n-3]; nil when pid is gone or its stat holds fewer than want.
+func statFields(pid, want int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, false
+		return nil
 	}
 	// comm may hold spaces and parentheses: fields start after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, false
+		return nil
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
+	if len(f) < want {
+		return nil
+	}
+	return f
+}
+
+func ppid(pid int) (int, bool) {
+	f := statFields(pid, 2) // state, ppid
+	if f == nil {
 		return 0, false
 	}
 	p, err := strconv.Atoi(f[1])
@@ -99,17 +109,8 @@ func (t Times) KernelShare(before Times) float64 {
 func UserSys(pids []int) Times {
 	var t Times
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		// After comm: state is field 3 of stat(5), utime 14 and stime 15.
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
+		f := statFields(pid, 13) // utime is field 14 of stat(5), stime 15
+		if f == nil {
 			continue
 		}
 		u, _ := strconv.ParseInt(f[11], 10, 64)
