@@ -32,16 +32,3 @@ func closeReset(fd int) {
 	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 	unix.Close(fd)
 }
-
-// fdConn wraps an accepted socket in a *net.TCPConn, for the paths that need Go's net
-// package (terminated TLS, HTTP, PostgreSQL's negotiation). The fd is closed: the conn holds
-// a duplicate.
-func fdConn(fd int) (*net.TCPConn, error) {
-	f := os.NewFile(uintptr(fd), "")
-	nc, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	return nc.(*net.TCPConn), nil
-}

@@ -16,8 +16,3 @@ var errNotLinux = errors.New("proxy: snigate's data plane runs on Linux only (ac
 func listenFD(*net.TCPListener) (int, error) { return -1, errNotLinux }
 
 func closeReset(fd int) { syscall.Close(fd) }
-
-func fdConn(fd int) (*net.TCPConn, error) {
-	syscall.Close(fd)
-	return nil, errNotLinux
-}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/clienthello"
+	"github.com/snigate/snigate/internal/fdconn"
 	"github.com/snigate/snigate/internal/proxyproto"
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
@@ -33,7 +34,7 @@ var helloBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }
 type conn struct {
 	p      *Proxy
 	pl     *portListener
-	client *net.TCPConn // nil while the relay holds the client's socket (adopted)
+	client *fdconn.Conn // nil while the relay holds the client's socket (adopted)
 	// fd is the client's socket as accepted (for its local address while the relay holds
 	// it; see localAddr).
 	fd int32
@@ -48,7 +49,7 @@ type conn struct {
 	plan dialPlan
 
 	backendMu sync.Mutex
-	backend   *net.TCPConn
+	backend   *fdconn.Conn
 	tlsConn   *tls.Conn
 
 	negotiation negotiation
@@ -145,19 +146,15 @@ func (p *Proxy) newConn(pl *portListener, peer netip.AddrPort) *conn {
 // serveFD serves a connection on a goroutine through Go's net package, with pre the bytes
 // the relay read from it already (see router.Release).
 func (c *conn) serveFD(fd int, pre []byte) {
-	client, err := fdConn(fd)
+	// The socket carries the listener's options already (setListenerSockopts): fdconn
+	// serves it as it is, where net.FileConn would spend twelve system calls resetting them.
+	client, err := fdconn.New(fd, c.peer)
 	if err != nil {
 		unix.Close(fd)
 		c.p.log.Warn("accepted socket unusable", "address", c.pl.addr, "error", err)
 		c.p.rejected(c.pl.addr, c.peer, reasonAcceptFailed, "", c.start, c.negotiation)
 		c.unregister()
 		return
-	}
-	// net.FileConn turned Go's default keepalive on: put the listener's setting back.
-	if c.p.opts.KeepAlive < 0 {
-		client.SetKeepAlive(false)
-	} else if rc, err := client.SyscallConn(); err == nil {
-		rc.Control(func(s uintptr) { setKeepAliveTimes(int(s), c.p.opts.KeepAlive) })
 	}
 	c.backendMu.Lock()
 	c.client = client
@@ -172,8 +169,7 @@ func (c *conn) serveFD(fd int, pre []byte) {
 	}
 	port := c.p.snap.Load().Port(c.pl.addr)
 	if port == nil {
-		client.SetLinger(0)
-		client.Close()
+		client.CloseReset()
 		c.unregister()
 		return
 	}
@@ -336,15 +332,14 @@ func (d *dialPlan) next(h *health) (netip.AddrPort, bool) {
 	return netip.AddrPort{}, false
 }
 
-// dialGo connects with Go's dialer: for backends the proxy talks to itself before relaying
+// dialGo connects on Go's poller: for backends the proxy talks to itself before relaying
 // (PostgreSQL's SSLRequest exchange, terminated TLS).
 func (c *conn) dialGo(ep netip.AddrPort) error {
-	// The dialer carries the dial timeout itself; no per-connection context is needed.
-	nc, err := c.p.dialer.Dial("tcp", ep.String())
+	bc, err := c.p.dialBackend(ep)
 	if err != nil {
 		return err
 	}
-	c.setBackend(nc.(*net.TCPConn))
+	c.setBackend(bc)
 	return nil
 }
 
@@ -366,7 +361,7 @@ func (c *conn) connectBackend(r *snapshot.Route, one func(netip.AddrPort) error)
 	return ""
 }
 
-func (c *conn) setBackend(bc *net.TCPConn) {
+func (c *conn) setBackend(bc *fdconn.Conn) {
 	c.backendMu.Lock()
 	c.backend = bc
 	c.backendMu.Unlock()
@@ -420,7 +415,7 @@ func (c *conn) forward(l *snapshot.Listener, r *snapshot.Route, preface []byte) 
 }
 
 // writeProxyHeader writes the picked backend's PROXY header, if it takes one, to bc.
-func (c *conn) writeProxyHeader(bc *net.TCPConn, alpn func() string) error {
+func (c *conn) writeProxyHeader(bc *fdconn.Conn, alpn func() string) error {
 	hdr, err := c.proxyHeader(alpn)
 	if err == nil && hdr != nil {
 		_, err = bc.Write(hdr)
@@ -483,7 +478,7 @@ func (c *conn) forwardPG(rl *relay.Relay, r *snapshot.Route, preface []byte) {
 // terminate completes the TLS handshake with the listener's certificate, replaying the
 // ClientHello bytes already read, then forwards the plaintext.
 func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) {
-	pc := &prefixConn{TCPConn: c.client, prefix: hello}
+	pc := &prefixConn{Conn: c.client, prefix: hello}
 	tc := tls.Server(pc, l.TLS)
 	c.backendMu.Lock()
 	c.tlsConn = tc
@@ -802,7 +797,7 @@ func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 
 // pipeTLS copies between a terminated TLS client and a plain backend, through pooled
 // buffers (splice cannot help: the bytes must pass through crypto/tls).
-func (c *conn) pipeTLS(client *tls.Conn, backend *net.TCPConn) {
+func (c *conn) pipeTLS(client *tls.Conn, backend *fdconn.Conn) {
 	c.touch()
 	done := make(chan struct{})
 	go func() {
@@ -857,7 +852,7 @@ func (c *conn) copyBuf(dst io.Writer, src interface {
 // prefixConn replays bytes already read from a connection before reading it further: it
 // lets crypto/tls see the ClientHello the proxy consumed for routing.
 type prefixConn struct {
-	*net.TCPConn
+	*fdconn.Conn
 	prefix []byte
 }
 
@@ -867,5 +862,5 @@ func (pc *prefixConn) Read(b []byte) (int, error) {
 		pc.prefix = pc.prefix[n:]
 		return n, nil
 	}
-	return pc.TCPConn.Read(b)
+	return pc.Conn.Read(b)
 }

@@ -98,7 +98,7 @@ func (c *conn) servePlainHTTP() {
 func (c *conn) serveHTTPS(l *snapshot.Listener, hello []byte) {
 	c.negotiation = negHTTPS
 	c.listener = l.Name
-	var nc net.Conn = &prefixConn{TCPConn: c.client, prefix: hello}
+	var nc net.Conn = &prefixConn{Conn: c.client, prefix: hello}
 	if c.via().IsValid() {
 		// Through a trusted balancer: requests come from the client its PROXY header named
 		// (the access log's client, X-Forwarded-For), not from the balancer.
@@ -158,7 +158,7 @@ func (t *trackedConn) Close() error {
 	return err
 }
 
-// prefixConn must be a net.Conn for trackedConn (it is, through *net.TCPConn).
+// prefixConn must be a net.Conn for trackedConn (it is, through *fdconn.Conn).
 var _ net.Conn = (*prefixConn)(nil)
 
 // chanListener is a net.Listener fed with the connections the proxy accepted and decided.

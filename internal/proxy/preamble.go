@@ -150,7 +150,7 @@ func (c *conn) forwardCancel(packet []byte) {
 		return
 	}
 	for _, ep := range eps {
-		nc, err := c.p.dialer.Dial("tcp", ep.String())
+		nc, err := c.p.dialBackend(ep)
 		if err != nil {
 			c.p.log.Warn("postgres cancel: backend unreachable", "endpoint", ep.String(), "error", err)
 			continue

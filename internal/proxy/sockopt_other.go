@@ -9,4 +9,3 @@ import "time"
 
 func setListenerSockopts(int, time.Duration) error { return errNotLinux }
 func setKeepAliveTimes(int, time.Duration) error   { return errNotLinux }
-func setDialSockopts(int, time.Duration) error     { return errNotLinux }

@@ -47,7 +47,7 @@ func openConnect(ep netip.AddrPort, keepAlive time.Duration) (int, error) {
 	if err != nil {
 		return -1, os.NewSyscallError("socket", err)
 	}
-	if err := setDialSockopts(fd, keepAlive); err != nil {
+	if err := SetBackendSockopts(fd, keepAlive); err != nil {
 		rawClose(fd)
 		return -1, err
 	}
@@ -60,9 +60,11 @@ func openConnect(ep netip.AddrPort, keepAlive time.Duration) (int, error) {
 	}
 }
 
-// setDialSockopts sets what a relayed backend socket needs: no Nagle delay (the relay
-// forwards what it reads as it reads it) and keepalive with the given idle time.
-func setDialSockopts(fd int, keepAlive time.Duration) error {
+// SetBackendSockopts sets what a backend socket needs before its connect, whether the relay
+// or the proxy itself dials it: no Nagle delay (a proxy forwards what it reads as it reads
+// it) and, unless keepAlive is negative, keepalive with that idle time (the probe interval
+// and count stay at the kernel's defaults).
+func SetBackendSockopts(fd int, keepAlive time.Duration) error {
 	if err := rawSetsockopt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
 		return os.NewSyscallError("setsockopt", err)
 	}
@@ -83,7 +85,7 @@ func setDialSockopts(fd int, keepAlive time.Duration) error {
 // (a is closed; the relay keeps a duplicate of its fd), and the relay closes both sockets
 // when both directions have ended, then calls done. On an error nothing started, the dialed
 // backend is closed, and a is still the caller's.
-func (p *Pair) Attach(a *net.TCPConn, preface []byte, o Options, done func(Result)) error {
+func (p *Pair) Attach(a Conn, preface []byte, o Options, done func(Result)) error {
 	fa, err := dupOf(a)
 	if err != nil {
 		p.Abandon()

@@ -2,8 +2,17 @@ package relay
 
 import (
 	"errors"
+	"syscall"
 	"time"
 )
+
+// Conn is a connection whose socket the relay can take over (Start, Attach): a
+// *net.TCPConn, or a socket served by package fdconn. The relay duplicates the fd through
+// SyscallConn and closes the Conn, which takes the socket out of Go's poller.
+type Conn interface {
+	SyscallConn() (syscall.RawConn, error)
+	Close() error
+}
 
 // Outcomes a Result can carry besides the empty one (both sides ended by themselves).
 const (

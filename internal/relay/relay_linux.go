@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -127,7 +126,7 @@ func (r *Relay) Pairs() int {
 // An error means nothing started, done will not be called, and a and b are still the
 // caller's. Once Start returns a Pair, done is called exactly once, possibly before Start
 // returns; Pair.Stop ends the pair early.
-func (r *Relay) Start(a, b *net.TCPConn, o Options, done func(Result)) (*Pair, error) {
+func (r *Relay) Start(a, b Conn, o Options, done func(Result)) (*Pair, error) {
 	fa, err := dupOf(a)
 	if err != nil {
 		return nil, err
@@ -162,7 +161,7 @@ func (r *Relay) Start(a, b *net.TCPConn, o Options, done func(Result)) (*Pair, e
 // costs each of its events three epoll callbacks instead of one (Go's set, the loop's, and
 // the loop's set waking Go's), and its netFD, pollDesc and addresses stay in memory as long
 // as the connection lives.
-func dupOf(c *net.TCPConn) (int, error) {
+func dupOf(c Conn) (int, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return -1, err

@@ -4,7 +4,6 @@ package relay
 
 import (
 	"errors"
-	"net"
 	"net/netip"
 	"time"
 )
@@ -31,7 +30,7 @@ func (*Relay) Close() {}
 func (*Relay) Pairs() int { return 0 }
 
 // Start fails off Linux; a and b are still the caller's.
-func (*Relay) Start(_, _ *net.TCPConn, _ Options, _ func(Result)) (*Pair, error) {
+func (*Relay) Start(_, _ Conn, _ Options, _ func(Result)) (*Pair, error) {
 	return nil, errNotLinux
 }
 
@@ -48,13 +47,16 @@ func (*Relay) Listen(int, Acceptor) (*Listener, error) { return nil, errNotLinux
 func (*Listener) Close() error { return nil }
 
 // Attach fails off Linux; a is still the caller's.
-func (*Pair) Attach(*net.TCPConn, []byte, Options, func(Result)) error { return errNotLinux }
+func (*Pair) Attach(Conn, []byte, Options, func(Result)) error { return errNotLinux }
 
 // Abandon does nothing off Linux.
 func (*Pair) Abandon() {}
 
 // Stop does nothing off Linux.
 func (*Pair) Stop(string) {}
+
+// SetBackendSockopts fails off Linux.
+func SetBackendSockopts(int, time.Duration) error { return errNotLinux }
 
 // PooledPipes is 0 off Linux.
 func PooledPipes() int { return 0 }

@@ -17,7 +17,8 @@
 // each shape, 16 at a time), rr (many connections, small requests), bulk (one download), pg
 // and pgs (pgbench TPC-B-like and -S against a private PostgreSQL on CPU 0, through
 // snigate's SSLRequest bridge and through HAProxy and nginx forwarding plain TCP, as the
-// harness runs it).
+// harness runs it), term (full TLS 1.3 handshakes on a terminate listener, each followed by a
+// 16-byte echo to a plaintext backend; haproxy, nginx and snigate only).
 // Besides each test's own numbers it reports the proxy's CPU time and its context switches
 // (voluntary and not, from /proc) per operation. Needs root for nothing but the peers'
 // default paths; runs as any user that may start them.
@@ -53,6 +54,7 @@ const (
 	sniTiny = "tiny.bench.test"
 	sniBulk = "bulk.bench.test"
 	sniPG   = "pg.bench.test"
+	sniTerm = "term.bench.test"
 )
 
 type target struct {
@@ -69,7 +71,7 @@ func main() {
 	log.SetPrefix("ab: ")
 	loadgen := flag.String("loadgen", "", "loadgen binary (bench/cmd/loadgen)")
 	backend := flag.String("backend", "", "backend binary (bench/cmd/backend)")
-	test := flag.String("test", "latency", "latency, conns, tiny, fin, rr or bulk")
+	test := flag.String("test", "latency", "latency, conns, tiny, fin, rr, bulk, pg, pgs or term")
 	rounds := flag.Int("rounds", 7, "rounds")
 	n := flag.Int("n", 0, "operations per measurement (default: the full harness's)")
 	conc := flag.Int("c", 0, "concurrent connections (conns: 16, rr: 50)")
@@ -99,14 +101,14 @@ func main() {
 	}()
 
 	ports := map[string]int{}
-	for _, k := range []string{"echo", "tiny", "bulk"} {
+	for _, k := range []string{"echo", "tiny", "bulk", "plain"} {
 		if ports[k], err = fixture.FreePort(); err != nil {
 			log.Fatal(err)
 		}
 	}
 	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	be, err := proc.Start("backend", []string{*backend, "--echo", addr(ports["echo"]), "--tiny", addr(ports["tiny"]),
-		"--bulk", addr(ports["bulk"]), "--max-lifetime", "2h"}, proc.Options{CPUs: "0", Dir: work, Log: filepath.Join(work, "backend.log")})
+		"--bulk", addr(ports["bulk"]), "--plain", addr(ports["plain"]), "--max-lifetime", "2h"}, proc.Options{CPUs: "0", Dir: work, Log: filepath.Join(work, "backend.log")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -145,6 +147,18 @@ func main() {
 		routes = append(routes, peers.Route{Host: sniPG, Backend: addr(ports["pg"])})
 	}
 
+	term := *test == "term"
+	var termCert *fixture.Cert
+	if term {
+		ca, err := fixture.NewCA()
+		if err != nil {
+			log.Fatal(err)
+		}
+		if termCert, err = ca.Issue(sniTerm); err != nil {
+			log.Fatal(err)
+		}
+	}
+
 	var targets []*target
 	for _, a := range flag.Args() {
 		t := &target{name: a, kind: a}
@@ -167,6 +181,17 @@ func main() {
 				}
 				t.spec.Forward, t.spec.ForwardTo = addr(fwd), addr(ports["pg"])
 			}
+			if term {
+				if t.kind != "haproxy" && t.kind != "nginx" && t.kind != "snigate" {
+					log.Fatalf("%s cannot terminate TLS", t.name)
+				}
+				tp, err := fixture.FreePort()
+				if err != nil {
+					log.Fatal(err)
+				}
+				t.spec.Term, t.spec.TermCert = addr(tp), termCert
+				t.spec.TermRoutes = []peers.Route{{Host: sniTerm, Backend: addr(ports["plain"])}}
+			}
 			if t.kind == "snigate" {
 				admin, err := fixture.FreePort()
 				if err != nil {
@@ -186,6 +211,17 @@ func main() {
 			running = append(running, p)
 			if err := p.WaitFor(30*time.Second, func() error { return load.One(t.spec.Pass, hello, buf) }); err != nil {
 				log.Fatalf("%s: %v\n%s", t.name, err, p.Tail())
+			}
+			if term {
+				if err := p.WaitFor(30*time.Second, func() error {
+					r := load.Handshakes(t.spec.Term, sniTerm, 1, 1, 5*time.Second)
+					if r.OK != 1 {
+						return fmt.Errorf("terminate: %v", r.Errors)
+					}
+					return nil
+				}); err != nil {
+					log.Fatalf("%s: %v\n%s", t.name, err, p.Tail())
+				}
 			}
 			t.proc = p
 		}
@@ -284,6 +320,12 @@ func (m *measurer) measure(t *target) (sample, error) {
 	case "bulk":
 		args = []string{"bulk", "--addr", port("bulk"), "--sni", sniBulk, "--bytes", def(m.n, 1<<30)}
 		out = &bulk
+	case "term":
+		if pid == 0 {
+			return nil, fmt.Errorf("%s cannot terminate TLS", t.name)
+		}
+		args = []string{"handshake", "--addr", t.spec.Term, "--sni", sniTerm, "-n", def(m.n, 1500), "-c", def(m.conc, 16), "--max", "60s"}
+		out = &cr
 	default:
 		return nil, fmt.Errorf("unknown test %q", m.test)
 	}
@@ -320,6 +362,12 @@ func (m *measurer) measure(t *target) (sample, error) {
 	case "latency":
 		s["p50 µs"], s["p99 µs"] = lat.P50, lat.P99
 		ops = float64(lat.N)
+	case "term":
+		s["handshakes/s"] = cr.PerSec
+		ops = float64(cr.OK)
+		if cr.Failed > 0 {
+			return nil, fmt.Errorf("%d handshakes failed: %v", cr.Failed, cr.Errors)
+		}
 	case "conns", "tiny", "fin":
 		s["conns/s"] = cr.PerSec
 		ops = float64(cr.OK)
