@@ -314,3 +314,23 @@ func grepLines(text, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// signalIgnored reports whether process pid ignores sig (its SigIgn mask in /proc).
+func signalIgnored(t *testing.T, pid int, sig syscall.Signal) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if mask, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			if err != nil {
+				t.Fatalf("SigIgn of process %d: %v", pid, err)
+			}
+			return m&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	t.Fatalf("process %d: no SigIgn line in /proc/%d/status", pid, pid)
+	return false
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,7 +171,7 @@ func TestTerminate(t *testing.T) {
 		routeYAML("route-t", "tls", []string{"t.test", "*.wild.test"}, to("svc-plain")),
 		serviceYAML("svc-plain", startEcho(t, "plain", nil)),
 	))
-	startGateway(t, dir)
+	g := startGateway(t, dir)
 
 	for _, sni := range []string{"t.test", "x.wild.test", "T.Test"} {
 		t.Run(sni, func(t *testing.T) {
@@ -196,6 +197,27 @@ func TestTerminate(t *testing.T) {
 		if !strings.Contains(out, "hello from plain sni=- alpn=- tls=off") {
 			t.Errorf("s_client output has no plaintext greeting from the backend:\n%s", out)
 		}
+	})
+
+	// A client that resets while the gateway still writes to it (the close_notify that follows
+	// its own) costs the gateway an EPIPE, not a SIGPIPE delivered and dropped: the serving
+	// process ignores the signal, and goes on serving.
+	t.Run("client reset", func(t *testing.T) {
+		if !signalIgnored(t, g.cmd.Process.Pid, syscall.SIGPIPE) {
+			t.Error("the serving process does not ignore SIGPIPE")
+		}
+		for range 20 {
+			c, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), ca.ClientConfig("t.test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Write([]byte("x"))
+			c.NetConn().(*net.TCPConn).SetLinger(0)
+			c.NetConn().Close()
+		}
+		s := dialTLS(t, port, ca.ClientConfig("t.test"))
+		wantHello(t, s.hello, "plain", "", "off")
+		s.finish()
 	})
 
 	// An SNI with a trailing dot is routed like the name without it, but RFC 6066 forbids the

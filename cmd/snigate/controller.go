@@ -96,7 +96,7 @@ func runController(args []string) error {
 	var p *proxy.Proxy
 	var apply func(*snapshot.Snapshot) error
 	if *serveProxy {
-		p = proxy.New(rf.proxyOptions(m, lg))
+		p = rf.newProxy(m, lg)
 		apply = p.Apply
 	}
 	c, err := cluster.New(cluster.Config{

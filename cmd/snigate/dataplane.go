@@ -13,7 +13,6 @@ import (
 
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/provision"
-	"github.com/snigate/snigate/internal/proxy"
 	"github.com/snigate/snigate/internal/source/cluster"
 	"github.com/snigate/snigate/internal/translate"
 )
@@ -61,7 +60,7 @@ func runDataplane(args []string) error {
 	}
 	m := metrics.New()
 	lg.metrics(m)
-	p := proxy.New(rf.proxyOptions(m, lg))
+	p := rf.newProxy(m, lg)
 	c, err := cluster.New(cluster.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: p.Apply, Metrics: m, ReadOnly: true, Logger: log,

@@ -24,7 +24,6 @@ import (
 	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/echo"
 	"github.com/snigate/snigate/internal/metrics"
-	"github.com/snigate/snigate/internal/proxy"
 	"github.com/snigate/snigate/internal/standalone"
 	"github.com/snigate/snigate/internal/translate"
 )
@@ -158,7 +157,7 @@ func serve(args []string) error {
 	slog.SetDefault(log)
 	m := metrics.New()
 	lg.metrics(m)
-	p := proxy.New(rf.proxyOptions(m, lg))
+	p := rf.newProxy(m, lg)
 	r := standalone.New(standalone.Config{
 		Paths: paths, Proxy: p, Metrics: m, Logger: log,
 		Translate: translate.Options{DefaultBindAddress: *rf.bind, BindPorts: bindPorts},

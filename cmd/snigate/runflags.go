@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -50,12 +52,22 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 
 func (f *runFlags) logs() (*logs, error) { return newLogs(*f.logFormat, *f.logLevel, *f.accessLog) }
 
-func (f *runFlags) proxyOptions(m *metrics.Metrics, lg *logs) proxy.Options {
-	return proxy.Options{
+// newProxy makes the data plane of a serving mode (serve, dataplane, controller with
+// --serve-proxy) from the flags.
+//
+// It also has the process ignore SIGPIPE, as nginx and HAProxy do. A write to a peer that
+// has reset its connection (common: a client that closes while a TLS close_notify is on its
+// way) makes the kernel raise SIGPIPE; Go's runtime takes the signal and drops it, a
+// delivery, a handler run and an rt_sigreturn per such connection for nothing. Ignored, the
+// write fails with EPIPE alone, which every path handles already. A broken standard output or
+// error then fails its writes instead of ending the process, which suits a server.
+func (f *runFlags) newProxy(m *metrics.Metrics, lg *logs) *proxy.Proxy {
+	signal.Ignore(syscall.SIGPIPE)
+	return proxy.New(proxy.Options{
 		HelloTimeout: *f.helloTimeout, HelloMaxBytes: *f.helloMax, DialTimeout: *f.dialTimeout,
 		IdleTimeout: *f.idleTimeout, KeepAlive: *f.keepAlive, AccessLog: lg.access,
 		Metrics: m, Logger: lg.log,
-	}
+	})
 }
 
 // startAdmin serves the full admin endpoints on --admin and the public ones on --metrics
