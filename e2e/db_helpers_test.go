@@ -104,13 +104,13 @@ func dbSumMetric(text, name string, pairs ...string) (float64, error) {
 	}
 	var sum float64
 	for _, line := range strings.Split(text, "\n") {
-		rest, ok := strings.CutPrefix(line, name+"{")
-		if !ok {
-			continue
-		}
-		labels, sample, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
+		var labels, sample string
+		if rest, ok := strings.CutPrefix(line, name+"{"); ok {
+			if labels, sample, ok = strings.Cut(rest, "} "); !ok {
+				continue
+			}
+		} else if sample, ok = strings.CutPrefix(line, name+" "); !ok {
+			continue // another metric (a sample without labels has none to match)
 		}
 		match := true
 		for _, w := range want {

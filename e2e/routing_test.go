@@ -220,6 +220,27 @@ func TestTerminate(t *testing.T) {
 		s.finish()
 	})
 
+	// Terminating allocates tens of KiB per handshake: the serving process paces its
+	// collector with a headroom over its small live heap (GOGC set after each collection,
+	// up to 1600 for 64 MiB over the runtime's 4 MiB minimum), not Go's default of 100.
+	t.Run("collector paced", func(t *testing.T) {
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			gogc := g.dbMetric(t, "go_gc_gogc_percent")
+			if gogc > 100 && gogc <= 1600 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("go_gc_gogc_percent = %v; want the paced value (101-1600)", gogc)
+			}
+			for range 50 { // handshakes make garbage, and so collections
+				s := dialTLS(t, port, ca.ClientConfig("t.test"))
+				s.finish()
+			}
+			time.Sleep(pollEvery)
+		}
+	})
+
 	// An SNI with a trailing dot is routed like the name without it, but RFC 6066 forbids the
 	// dot and Go's TLS server refuses such a ClientHello with a decode_error alert. The
 	// ClientHello cannot be rewritten for it either: both sides hash the exact bytes into the

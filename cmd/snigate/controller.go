@@ -97,6 +97,7 @@ func runController(args []string) error {
 	var apply func(*snapshot.Snapshot) error
 	if *serveProxy {
 		p = rf.newProxy(m, lg)
+		defer paceGC()()
 		apply = p.Apply
 	}
 	c, err := cluster.New(cluster.Config{

@@ -61,6 +61,7 @@ func runDataplane(args []string) error {
 	m := metrics.New()
 	lg.metrics(m)
 	p := rf.newProxy(m, lg)
+	defer paceGC()()
 	c, err := cluster.New(cluster.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: p.Apply, Metrics: m, ReadOnly: true, Logger: log,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/echo"
+	"github.com/snigate/snigate/internal/gcpace"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/standalone"
 	"github.com/snigate/snigate/internal/translate"
@@ -168,6 +169,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	defer paceGC()()
 	closeAdmin, err := startAdmin(rf, m, r.State, log, nil)
 	if err != nil {
 		return err
@@ -217,11 +219,10 @@ func serve(args []string) error {
 // collector wakes up. GOGC or GOMEMLIMIT in the environment leave the collector as the user
 // set it.
 func relaxGC() (restore func()) {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+	if userSetGC() {
 		return func() {}
 	}
-	memMax, _ := os.ReadFile("/sys/fs/cgroup/memory.max") // cgroup v2; absent elsewhere
-	limit := debug.SetMemoryLimit(firstLoadHeapLimit(string(memMax)))
+	limit := debug.SetMemoryLimit(firstLoadHeapLimit(cgroupMemoryMax()))
 	percent := debug.SetGCPercent(-1)
 	return func() {
 		debug.SetGCPercent(percent)
@@ -232,14 +233,55 @@ func relaxGC() (restore func()) {
 	}
 }
 
-// firstLoadHeapLimit is the heap relaxGC lets the first load grow to: 512 MiB, or half of a
-// cgroup v2 memory.max ("max" or a byte count) when that is lower.
-func firstLoadHeapLimit(memMax string) int64 {
+// paceGC gives the collector of a serving process a headroom over the live heap (package
+// gcpace): 64 MiB, or an eighth of the cgroup's memory limit when that is lower. Terminated
+// TLS allocates tens of KiB per handshake, and over a live heap of a few MiB Go's default
+// collected dozens of times a second under load, a tenth of the CPU per handshake. GOGC or
+// GOMEMLIMIT in the environment leave the collector as the user set it. It returns the
+// function that stops the pacing.
+func paceGC() (stop func()) {
+	if userSetGC() {
+		return func() {}
+	}
+	return gcpace.Start(gcHeadroom(cgroupMemoryMax()))
+}
+
+func userSetGC() bool { return os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" }
+
+// cgroupMemoryMax is the process's cgroup v2 memory limit in bytes, 0 when it has none (or
+// runs outside cgroup v2).
+func cgroupMemoryMax() int64 {
+	b, _ := os.ReadFile("/sys/fs/cgroup/memory.max")
+	return parseMemoryMax(string(b))
+}
+
+// parseMemoryMax reads a cgroup v2 memory.max: a byte count, or "max" (0: no limit).
+func parseMemoryMax(s string) int64 {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// firstLoadHeapLimit is the heap relaxGC lets the first load grow to: 512 MiB, or half of
+// the memory limit memMax (0: none) when that is lower.
+func firstLoadHeapLimit(memMax int64) int64 {
 	limit := int64(512 << 20)
-	if n, err := strconv.ParseInt(strings.TrimSpace(memMax), 10, 64); err == nil && n > 0 {
-		limit = min(limit, n/2)
+	if memMax > 0 {
+		limit = min(limit, memMax/2)
 	}
 	return limit
+}
+
+// gcHeadroom is paceGC's headroom: 64 MiB, or an eighth of the memory limit memMax (0:
+// none) when that is lower.
+func gcHeadroom(memMax int64) uint64 {
+	h := int64(64 << 20)
+	if memMax > 0 {
+		h = min(h, memMax/8)
+	}
+	return uint64(h)
 }
 
 func runEcho(args []string) error {

@@ -5,19 +5,24 @@ import (
 	"testing"
 )
 
-func TestFirstLoadHeapLimit(t *testing.T) {
+func TestGCLimits(t *testing.T) {
 	for _, c := range []struct {
-		memMax string
-		want   int64
+		memMax   string
+		limit    int64
+		headroom uint64
 	}{
-		{"", 512 << 20},              // no cgroup v2
-		{"max\n", 512 << 20},         // no limit
-		{"268435456\n", 128 << 20},   // 256 MiB container: half of it
-		{"17179869184\n", 512 << 20}, // 16 GiB: the 512 MiB cap
-		{"garbage", 512 << 20},
+		{"", 512 << 20, 64 << 20},              // no cgroup v2
+		{"max\n", 512 << 20, 64 << 20},         // no limit
+		{"268435456\n", 128 << 20, 32 << 20},   // 256 MiB container: half of it, an eighth
+		{"17179869184\n", 512 << 20, 64 << 20}, // 16 GiB: the caps
+		{"garbage", 512 << 20, 64 << 20},
 	} {
-		if got := firstLoadHeapLimit(c.memMax); got != c.want {
-			t.Errorf("firstLoadHeapLimit(%q) = %d, want %d", c.memMax, got, c.want)
+		memMax := parseMemoryMax(c.memMax)
+		if got := firstLoadHeapLimit(memMax); got != c.limit {
+			t.Errorf("firstLoadHeapLimit(%q) = %d, want %d", c.memMax, got, c.limit)
+		}
+		if got := gcHeadroom(memMax); got != c.headroom {
+			t.Errorf("gcHeadroom(%q) = %d, want %d", c.memMax, got, c.headroom)
 		}
 	}
 }
