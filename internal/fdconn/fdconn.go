@@ -11,9 +11,10 @@
 // setsockopt calls), twelve system calls in all, before a byte moves; a proxy whose
 // listening socket already carries those options pays them for nothing on every connection
 // it serves outside the relay (terminated TLS, HTTP, PostgreSQL's negotiation). os.NewFile on
-// a non-blocking socket registers it with the same poller in two (fcntl, epoll_ctl).
-// Likewise net.Dialer formats and parses the address, and asks for both addresses after the
-// connect. No library offers a net.Conn over a socket without that set-up, hence this one.
+// a non-blocking socket registers it with the same poller in two (fcntl, epoll_ctl; New
+// checks the flags first with one more). Likewise net.Dialer formats and parses the address,
+// and asks for SO_ERROR and both addresses after the connect, where Dial asks one
+// getpeername. No library offers a net.Conn over a socket without that set-up, hence this one.
 package fdconn
 
 import (
