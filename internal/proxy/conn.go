@@ -780,8 +780,10 @@ func offeredALPN(hello []byte) string {
 
 // reject closes the connection without writing a byte, and counts and logs why.
 func (c *conn) reject(reason outcome, sni string) {
-	c.client.Close()
+	// Counted before the close: a client that sees its connection end finds the rejection
+	// in the metrics already.
 	c.p.rejected(c.pl.addr, c.peer, reason, sni, c.start, c.negotiation)
+	c.client.Close()
 }
 
 // endpoint is the backend address for logs ("" before one was dialed). Formatted only when

@@ -377,8 +377,8 @@ func (pl *portListener) Accepted(fd int, peer netip.AddrPort) (relay.Router, any
 	n := pl.active.Add(1)
 	if port.MaxConnections > 0 && n > int64(port.MaxConnections) {
 		pl.active.Add(-1)
+		p.rejected(pl.addr, peer, reasonLimit, "", time.Now(), "") // before the close, as reject
 		unix.Close(fd)
-		p.rejected(pl.addr, peer, reasonLimit, "", time.Now(), "")
 		return nil, nil, time.Time{}, false
 	}
 	p.conns.Add(1)
