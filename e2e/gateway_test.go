@@ -44,7 +44,12 @@ type gateway struct {
 // then SIGKILL) when the test ends, and its log is printed if the test failed.
 func startGateway(t *testing.T, dir string, args ...string) *gateway {
 	t.Helper()
-	return startSnigate(t, dir, append([]string{"serve", "-f", dir}, args...)...)
+	return startSnigate(t, dir, serveArgv(dir, args...)...)
+}
+
+// serveArgv is the command line of `snigate serve -f dir` plus args.
+func serveArgv(dir string, args ...string) []string {
+	return append([]string{"serve", "-f", dir}, args...)
 }
 
 // startSnigate runs the binary with argv (a command and its flags) plus an admin listener on

@@ -265,7 +265,7 @@ func startTerminating(t *testing.T, env []string) (g *gateway, port int, ca *tes
 		routeYAML("route-t", "tls", []string{"t.test", "*.wild.test"}, to("svc-plain")),
 		serviceYAML("svc-plain", startEcho(t, "plain", nil)),
 	))
-	return startSnigateEnv(t, dir, env, "serve", "-f", dir), port, ca, listenerCert
+	return startSnigateEnv(t, dir, env, serveArgv(dir)...), port, ca, listenerCert
 }
 
 // GOGC in the environment leaves the collector as the user set it: the pacing that the
