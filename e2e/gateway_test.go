@@ -60,9 +60,9 @@ func startSnigate(t *testing.T, dir string, argv ...string) *gateway {
 	return startSnigateEnv(t, dir, nil, argv...)
 }
 
-// startSnigateEnv is startSnigate with env (KEY=value) added to the process's environment.
-// The environment is the test runner's without GOGC and GOMEMLIMIT, which change how the
-// serving process paces its collector: what a test sees must not depend on how the suite
+// startSnigateEnv is startSnigate with env (KEY=value) added to the process's environment,
+// which is otherwise testutil.CleanEnv's: without GOGC and GOMEMLIMIT, which change how the
+// serving process paces its collector, so what a test sees does not depend on how the suite
 // was started.
 func startSnigateEnv(t *testing.T, dir string, env []string, argv ...string) *gateway {
 	t.Helper()
@@ -80,12 +80,7 @@ func startSnigateEnv(t *testing.T, dir string, env []string, argv ...string) *ga
 	}
 	argv = append(argv, "--admin", g.admin, "--log-format", "json")
 	g.cmd = exec.Command(snigateBin, argv...)
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k != "GOGC" && k != "GOMEMLIMIT" {
-			g.cmd.Env = append(g.cmd.Env, kv)
-		}
-	}
-	g.cmd.Env = append(g.cmd.Env, env...)
+	g.cmd.Env = append(testutil.CleanEnv(), env...)
 	g.cmd.Stdout, g.cmd.Stderr = logf, logf
 	if err := g.cmd.Start(); err != nil {
 		logf.Close()

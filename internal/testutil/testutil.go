@@ -247,13 +247,18 @@ func command(owner *runAs, dir, name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// CleanEnv returns the environment without variables that change how database clients
-// behave behind a test's back (PGSSLMODE, PGHOST, MYSQL_HOST, REDISCLI_AUTH, ...).
+// CleanEnv returns the environment without variables that change how the programs a test
+// starts behave behind its back: database clients' settings (PGSSLMODE, PGHOST, MYSQL_HOST,
+// REDISCLI_AUTH, ...) and the Go runtime's collector settings (GOGC, GOMEMLIMIT), which
+// snigate leaves alone when set, so a test's outcome would depend on how the suite was run.
 func CleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "MYSQL") || strings.HasPrefix(k, "MARIADB") || strings.HasPrefix(k, "REDISCLI") {
+			continue
+		}
+		if k == "GOGC" || k == "GOMEMLIMIT" {
 			continue
 		}
 		env = append(env, kv)
