@@ -84,7 +84,7 @@ type conn struct {
 	pair       *relay.Pair
 	relayEnded bool
 	released   bool // the relay gave the client back (guarded by backendMu)
-	closing    bool // closeAll ran (guarded by backendMu)
+	closing    bool // closeAll or endEarly ran (guarded by backendMu)
 	onEnd      []func()
 }
 
@@ -509,8 +509,7 @@ func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) 
 		c.closeAndRecord(outcomeBackendWriteFailed)
 		return
 	}
-	c.pipeTLS(tc, c.backend)
-	c.closeAndRecord(outcomeOK)
+	c.closeAndRecord(c.pipeTLS(tc, c.backend))
 }
 
 // closeAndRecord closes both sides and records how the connection ended: its counters and
@@ -626,17 +625,49 @@ func (c *conn) relayDone(res relay.Result) {
 	c.unregister()
 }
 
-// endHalf returns what to do when one direction's copy toward dst ends: count its bytes,
-// pass a clean EOF on as a half-close, and end both sides on an error.
-func (c *conn) endHalf(dst interface{ CloseWrite() error }, count *int64) func(int64, error) {
-	return func(n int64, err error) {
-		*count += n
-		if err != nil {
-			c.closeAll()
-		} else {
-			dst.CloseWrite()
-		}
+// pipeEnd is how a terminated connection's two copies (pipeTLS) ended.
+type pipeEnd struct {
+	clean [2]bool // [0] the client's side, [1] the backend's: its copy ended at its EOF
+	// ended is what ended both directions early (endEarly), if something did (guarded by
+	// the conn's backendMu).
+	ended outcome
+}
+
+// endHalf ends the copy from one side (clean is where endHalf records how it ended)
+// toward dst: a clean EOF is passed on as a half-close (a close_notify toward the
+// client); an idle timeout or an error of either side ends both directions (endEarly).
+func (c *conn) endHalf(e *pipeEnd, clean *bool, dst interface{ CloseWrite() error }, res copyResult) {
+	switch {
+	case res.idle:
+		c.endEarly(e, outcomeIdle, false)
+	case res.err != nil:
+		c.endEarly(e, outcomeOK, true)
+	default:
+		*clean = true
+		dst.CloseWrite()
 	}
+}
+
+// endEarly ends both directions of a terminated connection for o, unless something ended
+// them already (the other direction, or the drain's cut-off through closeAll): the first
+// reason stands. With reset, a side's break (a reset, a TLS error) reaches the other side
+// as a reset, and the client gets no close_notify: either would tell that peer the stream
+// ended cleanly (see relay.Pair.finish). An idle timeout closes cleanly, as the relay does.
+func (c *conn) endEarly(e *pipeEnd, o outcome, reset bool) {
+	c.backendMu.Lock()
+	defer c.backendMu.Unlock()
+	if c.closing {
+		return
+	}
+	c.closing, e.ended = true, o
+	if reset {
+		c.client.CloseReset()
+		c.backend.CloseReset()
+		return
+	}
+	c.tlsConn.Close()
+	c.client.Close()
+	c.backend.Close()
 }
 
 // enterRoute counts the connection among its route's open ones (the status page's live
@@ -798,55 +829,80 @@ func (c *conn) endpoint() string {
 func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 
 // pipeTLS copies between a terminated TLS client and a plain backend, through pooled
-// buffers (splice cannot help: the bytes must pass through crypto/tls).
-func (c *conn) pipeTLS(client *tls.Conn, backend *fdconn.Conn) {
+// buffers (splice cannot help: the bytes must pass through crypto/tls), until both
+// directions have ended; it returns the connection's outcome.
+func (c *conn) pipeTLS(client *tls.Conn, backend *fdconn.Conn) outcome {
 	c.touch()
+	var e pipeEnd
 	done := make(chan struct{})
 	go func() {
-		c.endHalf(backend, &c.in)(c.copyBuf(backend, client))
+		res := c.copyBuf(backend, client)
+		c.in += res.n
+		c.endHalf(&e, &e.clean[0], backend, res)
 		close(done)
 	}()
-	c.endHalf(client, &c.out)(c.copyBuf(client, backend))
+	res := c.copyBuf(client, backend)
+	c.out += res.n
+	c.endHalf(&e, &e.clean[1], client, res)
 	<-done
+	switch {
+	case e.ended != "":
+		return e.ended
+	case e.clean[0] && e.clean[1]:
+		return outcomeOK
+	default:
+		return outcomeShutdown // the drain's cut-off closed the sockets under the copies
+	}
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// copyBuf copies src to dst through a pooled buffer. It returns nil at EOF. With an idle
-// timeout, reads carry a deadline that moves with activity in either direction.
+// copyResult is how one copy of copyBuf ended: at the source's EOF (no error), at an idle
+// timeout, or on an error of either side.
+type copyResult struct {
+	n    int64
+	idle bool
+	err  error
+}
+
+// copyBuf copies src to dst through a pooled buffer until src's EOF or an error. With an
+// idle timeout, reads carry a deadline that moves with activity in either direction.
 func (c *conn) copyBuf(dst io.Writer, src interface {
 	io.Reader
 	SetReadDeadline(time.Time) error
-}) (int64, error) {
+}) (res copyResult) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
 	idle := c.p.opts.IdleTimeout
-	var total int64
 	for {
 		if idle > 0 {
 			src.SetReadDeadline(time.Now().Add(idle))
 		}
 		n, err := src.Read(buf)
-		if err != nil && n == 0 && idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) &&
-			time.Since(time.Unix(0, c.lastActive.Load())) < idle {
-			continue // the other direction was active
+		if err != nil && n == 0 && idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			if time.Since(time.Unix(0, c.lastActive.Load())) < idle {
+				continue // the other direction was active
+			}
+			res.idle = true
+			return res
 		}
 		if n > 0 && idle > 0 {
 			c.touch()
 		}
 		if n > 0 {
 			w, werr := dst.Write(buf[:n])
-			total += int64(w)
+			res.n += int64(w)
 			if werr != nil {
-				return total, werr
+				res.err = werr
+				return res
 			}
 		}
 		if err != nil {
-			if err == io.EOF {
-				return total, nil
+			if err != io.EOF {
+				res.err = err
 			}
-			return total, err
+			return res
 		}
 	}
 }

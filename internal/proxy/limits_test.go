@@ -4,6 +4,8 @@ package proxy
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -139,6 +141,13 @@ func TestIdleTimeoutTerminate(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("closed after %v, want about 300ms", d)
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for outcomes(t, p)["idle_timeout"] != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("outcomes %v, want one idle_timeout (as the relay's pairs)", outcomes(t, p))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Connections spread over the ready endpoints of one backend.
@@ -155,5 +164,29 @@ func TestBalanceAcrossEndpoints(t *testing.T) {
 	// Uniform over two endpoints: 100 each on average, sd ≈ 7.
 	if counts["A"] < 60 || counts["B"] < 60 {
 		t.Fatalf("200 connections over two endpoints: %v", counts)
+	}
+}
+
+// A terminated connection that the drain's deadline cuts has the outcome shutdown, as a
+// relayed one has (relay.OutcomeShutdown), and the client is closed.
+func TestShutdownCutsTerminated(t *testing.T) {
+	plain := backend(t, "P", nil)
+	p := New(Options{Metrics: metrics.New(), Logger: testLogger(t)})
+	addr, _ := serveTerminate(t, p, plain)
+	c, _, err := dialTLS(t, addr, "t.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := p.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want the deadline (a connection was cut)", err)
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the client read %d, %v after the cut-off; want it closed", n, err)
+	}
+	if got := outcomes(t, p); got["shutdown"] != 1 || len(got) != 1 {
+		t.Fatalf("outcomes %v, want one shutdown", got)
 	}
 }

@@ -20,7 +20,9 @@ import (
 	"time"
 
 	pp "github.com/pires/go-proxyproto"
+	"github.com/prometheus/client_golang/prometheus"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/metrics"
@@ -654,4 +656,124 @@ func TestProxyProtocol(t *testing.T) {
 			t.Errorf("rejected %s: %v, want 1", reasonProxyUntrusted, n)
 		}
 	})
+}
+
+// abortBackend is a server whose name is X. With abort, it writes a partial answer after
+// its name and resets the connection, as a server that crashed in the middle of a reply;
+// without, it reads until an error and sends that error on got (nil for a clean EOF).
+func abortBackend(t *testing.T, cert *tls.Certificate, abort bool, got chan<- error) netip.AddrPort {
+	t.Helper()
+	return serve(t, func(c net.Conn) {
+		tcp := c.(*net.TCPConn)
+		rw := io.ReadWriter(c)
+		if cert != nil {
+			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
+			if tc.Handshake() != nil {
+				return
+			}
+			rw = tc
+		}
+		io.WriteString(rw, "X\n")
+		if abort {
+			io.WriteString(rw, "partial")
+			time.Sleep(20 * time.Millisecond) // the bytes go first, then the reset
+			tcp.SetLinger(0)
+			return
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := io.Copy(io.Discard, rw)
+		got <- err
+	})
+}
+
+// outcomes sums snigate_connections_total by outcome.
+func outcomes(t *testing.T, p *Proxy) map[string]float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	p.m.Connections.Collect(ch)
+	close(ch)
+	sums := map[string]float64{}
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "outcome" {
+				sums[l.GetValue()] += d.GetCounter().GetValue()
+			}
+		}
+	}
+	return sums
+}
+
+// A side's break reaches the other side as a reset, on every path (the relay's passthrough
+// and TCP pairs, a terminating listener's goroutines): a clean end (a FIN, or a TLS
+// close_notify from a terminating listener) would make a reply cut off by a backend's
+// crash look complete to a client that reads until the end.
+func TestBreakReachesOtherSide(t *testing.T) {
+	cert := selfSigned(t, "a.test")
+	listener := func(mode, addr string, r *snapshot.Route) *snapshot.Port {
+		switch mode {
+		case "passthrough":
+			return tlsPort(addr, map[string]*snapshot.Listener{"": passthrough("gw/l", map[string]*snapshot.Route{"a.test": r})})
+		case "terminate":
+			l := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
+				TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{selfSigned(t, "t.test")}}}
+			l.Routes.Add("t.test", r)
+			return tlsPort(addr, map[string]*snapshot.Listener{"t.test": l})
+		}
+		return &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTCP, TCP: &snapshot.Listener{Name: "gw/tcp", Route: r}}
+	}
+	// connect opens a connection through the proxy and reads the backend's name; raw is
+	// the client's TCP connection, r what reads the bytes after the name.
+	connect := func(t *testing.T, mode, addr string) (raw *net.TCPConn, r io.Reader) {
+		t.Helper()
+		sni := map[string]string{"passthrough": "a.test", "terminate": "t.test"}[mode]
+		if sni == "" {
+			c := dial(t, addr)
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(c)
+			if line, err := br.ReadString('\n'); err != nil || line != "X\n" {
+				t.Fatalf("greeting %q, %v", line, err)
+			}
+			return c.(*net.TCPConn), br
+		}
+		c, got, err := dialTLS(t, addr, sni)
+		if err != nil || got != "X" {
+			t.Fatalf("greeting %q, %v", got, err)
+		}
+		t.Cleanup(func() { c.NetConn().Close() })
+		return c.NetConn().(*net.TCPConn), c
+	}
+	for _, mode := range []string{"passthrough", "terminate", "tcp"} {
+		var bcert *tls.Certificate
+		if mode == "passthrough" {
+			bcert = &cert
+		}
+		t.Run(mode+"/backend breaks", func(t *testing.T) {
+			p, addr := newProxy(t), freeAddr(t)
+			if err := p.Apply(snapshot.New(1, []*snapshot.Port{listener(mode, addr, route("r", abortBackend(t, bcert, true, nil)))})); err != nil {
+				t.Fatal(err)
+			}
+			_, r := connect(t, mode, addr)
+			rest, err := io.ReadAll(r)
+			if err == nil || !strings.Contains(err.Error(), "reset") {
+				t.Errorf("the client read %q, then %v; want a reset", rest, err)
+			}
+		})
+		t.Run(mode+"/client breaks", func(t *testing.T) {
+			got := make(chan error, 1)
+			p, addr := newProxy(t), freeAddr(t)
+			if err := p.Apply(snapshot.New(1, []*snapshot.Port{listener(mode, addr, route("r", abortBackend(t, bcert, false, got)))})); err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := connect(t, mode, addr)
+			raw.SetLinger(0)
+			raw.Close() // a reset, and no close_notify before it
+			if err := <-got; err == nil || !strings.Contains(err.Error(), "reset") {
+				t.Errorf("the backend read %v; want a reset", err)
+			}
+		})
+	}
 }

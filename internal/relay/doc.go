@@ -57,7 +57,9 @@
 // bytes wait for the destination; a read that fills the buffer switches the direction to
 // splice(2) through a pooled pipe until the source runs dry. Idle pairs hold their two
 // sockets and nothing else. A clean EOF is passed on as a half-close (shutdown SHUT_WR); an
-// error on either side ends both directions.
+// error on either side (a reset) ends both directions and is passed on as a reset: the
+// other side is closed with SO_LINGER 0, because a FIN would make a reply cut off by a
+// crash look complete to a peer that reads until the end of the stream.
 //
 // The relay is made of Linux system calls. Elsewhere the package compiles, so that the rest
 // of snigate builds and vets on a developer's machine, but New returns an error saying so

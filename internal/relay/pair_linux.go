@@ -99,7 +99,17 @@ type Pair struct {
 	writable [2]bool
 	sticky   [2]bool // error or hang-up seen: never assume the socket drained
 	rdhup    [2]bool // the peer's FIN is in: read until EOF
-	d        [2]direction
+	// broke is 1 + the side whose socket failed first (a read or write error: a reset, a
+	// keepalive timeout), 0 while none has. finish closes the other side with a reset.
+	broke uint8
+	d     [2]direction
+}
+
+// failed records that side's socket failed, unless the other's failed first.
+func (p *Pair) failed(side int) {
+	if p.broke == 0 {
+		p.broke = uint8(side) + 1
+	}
 }
 
 // phase is where a pair is in its life (see Pair for the transitions). It is a plain
@@ -335,12 +345,19 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 		d.releasePipe()
 	}
 	p.unpublish()
-	// Closing takes a socket out of the epoll set too.
-	if p.ownsA {
-		rawClose(p.fd[0])
-	}
-	if p.ownsB {
-		rawClose(p.fd[1])
+	// Closing takes a socket out of the epoll set too. The other side of a side that broke
+	// is closed with a reset (SO_LINGER 0): a FIN would tell its peer the stream ended
+	// cleanly, and a reply cut off by a backend's crash would look complete to a client
+	// that reads until the end. (HAProxy, too, passes a client's reset on to the backend;
+	// it also leaves no TIME_WAIT socket behind.)
+	for i, owned := range [2]bool{p.ownsA, p.ownsB} {
+		if !owned {
+			continue
+		}
+		if p.broke == uint8(1-i)+1 {
+			rawLingerZero(p.fd[i])
+		}
+		rawClose(p.fd[i])
 	}
 	if errors.Is(err, unix.EAGAIN) {
 		err = nil

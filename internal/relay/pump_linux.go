@@ -43,6 +43,7 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 				return moved, false, nil
 			}
 			if err != nil {
+				p.failed(dst)
 				return moved, false, os.NewSyscallError("write", err)
 			}
 			if d.pending() {
@@ -92,6 +93,7 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 				d.releasePipe() // the burst is over; small reads go through buffers again
 				return moved, false, nil
 			case err != nil:
+				p.failed(src)
 				return moved, false, os.NewSyscallError("splice", err)
 			case n == 0:
 				d.eof = true
@@ -109,6 +111,7 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 				return moved, false, nil
 			}
 			if err != nil {
+				p.failed(src)
 				return moved, false, os.NewSyscallError("read", err)
 			}
 			d.eof = true

@@ -39,8 +39,9 @@ type Options struct {
 type Result struct {
 	// Bytes written: [0] from A to B, [1] from B to A.
 	Bytes [2]int64
-	// Err is the first socket error that ended the pair, nil when it ended cleanly or by
-	// Outcome.
+	// Err is the first error that ended the pair, nil when it ended cleanly or by
+	// Outcome. An error of one side's socket (a reset) reaches the other side as a reset
+	// (see Pair.finish).
 	Err error
 	// Outcome is empty when both sides closed by themselves or on an error; see the
 	// Outcome constants otherwise (or what Stop was given).

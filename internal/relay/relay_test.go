@@ -256,19 +256,52 @@ func TestStop(t *testing.T) {
 	f.pair.Stop("after") // ended: nothing happens
 }
 
-// A reset on one side ends both, with the error.
+// A reset on one side ends both, with the error, and reaches the other side as a reset.
 func TestReset(t *testing.T) {
 	r := newRelay(t, 1)
+	for _, side := range []string{"backend", "client"} {
+		f := start(t, r, listen(t), Options{})
+		broken, other := f.backend, f.client
+		if side == "client" {
+			broken, other = f.client, f.backend
+		}
+		broken.SetLinger(0)
+		broken.Close()
+		if res := f.wait(t, 5*time.Second); res.Err == nil || res.Outcome != "" {
+			t.Fatalf("%s reset: result %+v, want an error", side, res)
+		}
+		other.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadAll(other); !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("%s reset: the other side read %v, want a reset", side, err)
+		}
+	}
+
+	// After the client's FIN too (it sent its request and waits for the whole answer).
 	f := start(t, r, listen(t), Options{})
+	f.client.CloseWrite()
+	f.backend.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(f.backend); err != nil {
+		t.Fatalf("after the client's FIN the backend read %v, want EOF", err)
+	}
+	f.backend.Write([]byte("part of the answer"))
 	f.backend.SetLinger(0)
 	f.backend.Close()
-	res := f.wait(t, 5*time.Second)
-	if res.Err == nil {
-		t.Fatalf("result %+v, want an error", res)
-	}
+	f.wait(t, 5*time.Second)
 	f.client.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadAll(f.client); err != nil && !errors.Is(err, net.ErrClosed) {
-		t.Logf("client: %v", err) // EOF or reset, either is fine
+	if b, err := io.ReadAll(f.client); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("a reset after the client's FIN: the client read %q, %v, want a reset", b, err)
+	}
+
+	// A clean end is still passed on as one.
+	f = start(t, r, listen(t), Options{})
+	f.backend.Close()
+	f.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(f.client); err != nil {
+		t.Fatalf("after the backend's FIN the client read %v, want EOF", err)
+	}
+	f.client.Close()
+	if res := f.wait(t, 5*time.Second); res.Err != nil || res.Outcome != "" {
+		t.Fatalf("clean end: result %+v", res)
 	}
 }
 

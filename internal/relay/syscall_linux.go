@@ -118,6 +118,12 @@ func rawShutdown(fd int) {
 	unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(fd), unix.SHUT_WR, 0)
 }
 
+// rawLingerZero makes the socket's close send a reset and drop what it has not sent.
+func rawLingerZero(fd int) {
+	l := unix.Linger{Onoff: 1, Linger: 0}
+	unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_LINGER, uintptr(unsafe.Pointer(&l)), unsafe.Sizeof(l), 0)
+}
+
 func rawDup(fd int) (int, error) {
 	r, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	return int(r), errno(e)
