@@ -627,23 +627,25 @@ func (c *conn) relayDone(res relay.Result) {
 
 // pipeEnd is how a terminated connection's two copies (pipeTLS) ended.
 type pipeEnd struct {
-	clean [2]bool // [0] the client's side, [1] the backend's: its copy ended at its EOF
+	// clean: the copy from [0] the client, [1] the backend ended at its source's EOF (each
+	// written by its copy's goroutine only).
+	clean [2]bool
 	// ended is what ended both directions early (endEarly), if something did (guarded by
 	// the conn's backendMu).
 	ended outcome
 }
 
-// endHalf ends the copy from one side (clean is where endHalf records how it ended)
-// toward dst: a clean EOF is passed on as a half-close (a close_notify toward the
-// client); an idle timeout or an error of either side ends both directions (endEarly).
-func (c *conn) endHalf(e *pipeEnd, clean *bool, dst interface{ CloseWrite() error }, res copyResult) {
+// endHalf ends the copy from side from (0 the client, 1 the backend) toward dst: a clean
+// EOF is passed on as a half-close (a close_notify toward the client); an idle timeout or
+// an error of either side ends both directions (endEarly).
+func (c *conn) endHalf(e *pipeEnd, from int, dst interface{ CloseWrite() error }, res copyResult) {
 	switch {
 	case res.idle:
 		c.endEarly(e, outcomeIdle, false)
 	case res.err != nil:
 		c.endEarly(e, outcomeOK, true)
 	default:
-		*clean = true
+		e.clean[from] = true
 		dst.CloseWrite()
 	}
 }
@@ -838,12 +840,12 @@ func (c *conn) pipeTLS(client *tls.Conn, backend *fdconn.Conn) outcome {
 	go func() {
 		res := c.copyBuf(backend, client)
 		c.in += res.n
-		c.endHalf(&e, &e.clean[0], backend, res)
+		c.endHalf(&e, 0, backend, res)
 		close(done)
 	}()
 	res := c.copyBuf(client, backend)
 	c.out += res.n
-	c.endHalf(&e, &e.clean[1], client, res)
+	c.endHalf(&e, 1, client, res)
 	<-done
 	switch {
 	case e.ended != "":

@@ -348,8 +348,8 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 	// Closing takes a socket out of the epoll set too. The other side of a side that broke
 	// is closed with a reset (SO_LINGER 0): a FIN would tell its peer the stream ended
 	// cleanly, and a reply cut off by a backend's crash would look complete to a client
-	// that reads until the end. (HAProxy, too, passes a client's reset on to the backend;
-	// it also leaves no TIME_WAIT socket behind.)
+	// that reads until the end. (HAProxy passes a client's reset on to the backend too. A
+	// close with a reset also leaves no TIME_WAIT socket behind.)
 	for i, owned := range [2]bool{p.ownsA, p.ownsB} {
 		if !owned {
 			continue
