@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -546,20 +547,30 @@ func (c *conn) endLine(e *accesslog.Entry) {
 func (c *conn) closeAll() {
 	c.backendMu.Lock()
 	defer c.backendMu.Unlock()
+	c.closeLocked(false)
+}
+
+// closeLocked closes both sides (backendMu held). With reset, each socket is closed with a
+// reset and the client gets no close_notify: a side's break reaches the other side as one,
+// since a clean end would tell that peer the stream ended whole (see relay.Pair.finish).
+func (c *conn) closeLocked(reset bool) {
 	c.closing = true
 	if c.pair != nil {
 		// The relay owns both sockets until its callback runs, which closes them.
 		c.pair.Stop(relay.OutcomeShutdown)
 		return
 	}
-	if c.tlsConn != nil {
+	if c.tlsConn != nil && !reset {
 		c.tlsConn.Close()
 	}
-	if c.client != nil {
-		c.client.Close()
-	}
-	if c.backend != nil {
-		c.backend.Close()
+	for _, s := range [2]*fdconn.Conn{c.client, c.backend} {
+		switch {
+		case s == nil:
+		case reset:
+			s.CloseReset()
+		default:
+			s.Close()
+		}
 	}
 }
 
@@ -625,51 +636,34 @@ func (c *conn) relayDone(res relay.Result) {
 	c.unregister()
 }
 
-// pipeEnd is how a terminated connection's two copies (pipeTLS) ended.
-type pipeEnd struct {
-	// clean: the copy from [0] the client, [1] the backend ended at its source's EOF (each
-	// written by its copy's goroutine only).
-	clean [2]bool
-	// ended is what ended both directions early (endEarly), if something did (guarded by
-	// the conn's backendMu).
-	ended outcome
-}
-
-// endHalf ends the copy from side from (0 the client, 1 the backend) toward dst: a clean
-// EOF is passed on as a half-close (a close_notify toward the client); an idle timeout or
-// an error of either side ends both directions (endEarly).
-func (c *conn) endHalf(e *pipeEnd, from int, dst interface{ CloseWrite() error }, res copyResult) {
+// endHalf ends a terminated connection's copy toward dst: a clean EOF is passed on as a
+// half-close (a close_notify toward the client); an idle timeout or an error of either
+// side ends both directions (endEarly), and *ended says why.
+func (c *conn) endHalf(ended *outcome, dst interface{ CloseWrite() error }, res copyResult) {
 	switch {
 	case res.idle:
-		c.endEarly(e, outcomeIdle, false)
+		c.endEarly(ended, outcomeIdle, false)
 	case res.err != nil:
-		c.endEarly(e, outcomeOK, true)
+		c.endEarly(ended, outcomeOK, true)
 	default:
-		e.clean[from] = true
 		dst.CloseWrite()
 	}
 }
 
-// endEarly ends both directions of a terminated connection for o, unless something ended
-// them already (the other direction, or the drain's cut-off through closeAll): the first
-// reason stands. With reset, a side's break (a reset, a TLS error) reaches the other side
-// as a reset, and the client gets no close_notify: either would tell that peer the stream
-// ended cleanly (see relay.Pair.finish). An idle timeout closes cleanly, as the relay does.
-func (c *conn) endEarly(e *pipeEnd, o outcome, reset bool) {
+// endEarly ends both directions of a terminated connection for o (closeLocked; reset for a
+// side's break, a clean close for the idle timeout, as the relay does), unless something
+// ended them already: the first reason stands in *ended (guarded by backendMu). Closed by
+// no endEarly, the sockets were closed by the drain's cut-off (closeAll).
+func (c *conn) endEarly(ended *outcome, o outcome, reset bool) {
 	c.backendMu.Lock()
 	defer c.backendMu.Unlock()
-	if c.closing {
-		return
+	switch {
+	case !c.closing:
+		*ended = o
+		c.closeLocked(reset)
+	case *ended == "":
+		*ended = outcomeShutdown
 	}
-	c.closing, e.ended = true, o
-	if reset {
-		c.client.CloseReset()
-		c.backend.CloseReset()
-		return
-	}
-	c.tlsConn.Close()
-	c.client.Close()
-	c.backend.Close()
 }
 
 // enterRoute counts the connection among its route's open ones (the status page's live
@@ -835,26 +829,19 @@ func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 // directions have ended; it returns the connection's outcome.
 func (c *conn) pipeTLS(client *tls.Conn, backend *fdconn.Conn) outcome {
 	c.touch()
-	var e pipeEnd
+	var ended outcome
 	done := make(chan struct{})
 	go func() {
 		res := c.copyBuf(backend, client)
 		c.in += res.n
-		c.endHalf(&e, 0, backend, res)
+		c.endHalf(&ended, backend, res)
 		close(done)
 	}()
 	res := c.copyBuf(client, backend)
 	c.out += res.n
-	c.endHalf(&e, 1, client, res)
+	c.endHalf(&ended, client, res)
 	<-done
-	switch {
-	case e.ended != "":
-		return e.ended
-	case e.clean[0] && e.clean[1]:
-		return outcomeOK
-	default:
-		return outcomeShutdown // the drain's cut-off closed the sockets under the copies
-	}
+	return cmp.Or(ended, outcomeOK)
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

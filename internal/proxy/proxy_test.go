@@ -661,11 +661,19 @@ func TestProxyProtocol(t *testing.T) {
 // abortBackend is a server whose name is X. With abort, it writes a partial answer after
 // its name and resets the connection, as a server that crashed in the middle of a reply;
 // without, it reads until an error and sends that error on got (nil for a clean EOF).
-func abortBackend(t *testing.T, cert *tls.Certificate, abort bool, got chan<- error) netip.AddrPort {
+// With pg, it first answers PostgreSQL's SSLRequest with 'S' (cert must be set).
+func abortBackend(t *testing.T, cert *tls.Certificate, pg, abort bool, got chan<- error) netip.AddrPort {
 	t.Helper()
 	return serve(t, func(c net.Conn) {
 		tcp := c.(*net.TCPConn)
 		rw := io.ReadWriter(c)
+		if pg {
+			req := make([]byte, len(pgwire.SSLRequest))
+			if _, err := io.ReadFull(c, req); err != nil {
+				return
+			}
+			c.Write([]byte{'S'})
+		}
 		if cert != nil {
 			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
 			if tc.Handshake() != nil {
@@ -707,15 +715,15 @@ func outcomes(t *testing.T, p *Proxy) map[string]float64 {
 	return sums
 }
 
-// A side's break reaches the other side as a reset, on every path (the relay's passthrough
-// and TCP pairs, a terminating listener's goroutines): a clean end (a FIN, or a TLS
+// A side's break reaches the other side as a reset, on every path (the relay's passthrough,
+// PostgreSQL bridge and TCP pairs, a terminating listener's goroutines): a clean end (a FIN, or a TLS
 // close_notify from a terminating listener) would make a reply cut off by a backend's
 // crash look complete to a client that reads until the end.
 func TestBreakReachesOtherSide(t *testing.T) {
 	cert := selfSigned(t, "a.test")
 	listener := func(mode, addr string, r *snapshot.Route) *snapshot.Port {
 		switch mode {
-		case "passthrough":
+		case "passthrough", "postgres":
 			return tlsPort(addr, map[string]*snapshot.Listener{"": passthrough("gw/l", map[string]*snapshot.Route{"a.test": r})})
 		case "terminate":
 			l := &snapshot.Listener{Name: "gw/t", Mode: snapshot.ModeTerminate,
@@ -729,6 +737,22 @@ func TestBreakReachesOtherSide(t *testing.T) {
 	// the client's TCP connection, r what reads the bytes after the name.
 	connect := func(t *testing.T, mode, addr string) (raw *net.TCPConn, r io.Reader) {
 		t.Helper()
+		if mode == "postgres" {
+			// The SSLRequest bridge: 'S' from snigate, then TLS to the backend.
+			c := dial(t, addr)
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.Write([]byte(pgwire.SSLRequest))
+			s := make([]byte, 1)
+			if _, err := io.ReadFull(c, s); err != nil || s[0] != 'S' {
+				t.Fatalf("SSLRequest answered %q, %v", s, err)
+			}
+			tc := tls.Client(c, &tls.Config{ServerName: "a.test", InsecureSkipVerify: true})
+			br := bufio.NewReader(tc)
+			if line, err := br.ReadString('\n'); err != nil || line != "X\n" {
+				t.Fatalf("greeting %q, %v", line, err)
+			}
+			return c.(*net.TCPConn), br
+		}
 		sni := map[string]string{"passthrough": "a.test", "terminate": "t.test"}[mode]
 		if sni == "" {
 			c := dial(t, addr)
@@ -746,14 +770,15 @@ func TestBreakReachesOtherSide(t *testing.T) {
 		t.Cleanup(func() { c.NetConn().Close() })
 		return c.NetConn().(*net.TCPConn), c
 	}
-	for _, mode := range []string{"passthrough", "terminate", "tcp"} {
+	for _, mode := range []string{"passthrough", "postgres", "terminate", "tcp"} {
 		var bcert *tls.Certificate
-		if mode == "passthrough" {
+		if mode == "passthrough" || mode == "postgres" {
 			bcert = &cert
 		}
+		pg := mode == "postgres"
 		t.Run(mode+"/backend breaks", func(t *testing.T) {
 			p, addr := newProxy(t), freeAddr(t)
-			if err := p.Apply(snapshot.New(1, []*snapshot.Port{listener(mode, addr, route("r", abortBackend(t, bcert, true, nil)))})); err != nil {
+			if err := p.Apply(snapshot.New(1, []*snapshot.Port{listener(mode, addr, route("r", abortBackend(t, bcert, pg, true, nil)))})); err != nil {
 				t.Fatal(err)
 			}
 			_, r := connect(t, mode, addr)
@@ -765,7 +790,7 @@ func TestBreakReachesOtherSide(t *testing.T) {
 		t.Run(mode+"/client breaks", func(t *testing.T) {
 			got := make(chan error, 1)
 			p, addr := newProxy(t), freeAddr(t)
-			if err := p.Apply(snapshot.New(1, []*snapshot.Port{listener(mode, addr, route("r", abortBackend(t, bcert, false, got)))})); err != nil {
+			if err := p.Apply(snapshot.New(1, []*snapshot.Port{listener(mode, addr, route("r", abortBackend(t, bcert, pg, false, got)))})); err != nil {
 				t.Fatal(err)
 			}
 			raw, _ := connect(t, mode, addr)

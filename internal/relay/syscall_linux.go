@@ -97,7 +97,11 @@ func rawConnect(fd int, ep netip.AddrPort) error {
 
 func rawSetsockopt(fd, level, opt, v int) error {
 	val := int32(v)
-	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&val)), 4, 0)
+	return rawSetsockoptPtr(fd, level, opt, unsafe.Pointer(&val), 4)
+}
+
+func rawSetsockoptPtr(fd, level, opt int, val unsafe.Pointer, size uintptr) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(val), size, 0)
 	return errno(e)
 }
 
@@ -121,7 +125,7 @@ func rawShutdown(fd int) {
 // rawLingerZero makes the socket's close send a reset and drop what it has not sent.
 func rawLingerZero(fd int) {
 	l := unix.Linger{Onoff: 1, Linger: 0}
-	unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_LINGER, uintptr(unsafe.Pointer(&l)), unsafe.Sizeof(l), 0)
+	rawSetsockoptPtr(fd, unix.SOL_SOCKET, unix.SO_LINGER, unsafe.Pointer(&l), unsafe.Sizeof(l))
 }
 
 func rawDup(fd int) (int, error) {
