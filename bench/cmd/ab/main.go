@@ -18,7 +18,9 @@
 // and pgs (pgbench TPC-B-like and -S against a private PostgreSQL on CPU 0, through
 // snigate's SSLRequest bridge and through HAProxy and nginx forwarding plain TCP, as the
 // harness runs it), term (full TLS 1.3 handshakes on a terminate listener, each followed by a
-// 16-byte echo to a plaintext backend; haproxy, nginx and snigate only).
+// 16-byte echo to a plaintext backend; haproxy, nginx and snigate only). --access-log turns
+// on every proxy's access log, written as the harness's "logs" test writes it (haproxy,
+// nginx and snigate only; sniproxy logs to syslog only).
 // Besides each test's own numbers it reports the proxy's CPU time and its context switches
 // (voluntary and not, from /proc) per operation. Needs root for nothing but the peers'
 // default paths; runs as any user that may start them.
@@ -80,6 +82,7 @@ func main() {
 	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation (perf stat)")
 	proxyCPUs := flag.String("proxy-cpus", "", "move each proxy to these CPUs while it is measured (taskset list; default: CPU 1, CPU 0 for latency)")
 	keep := flag.Bool("keep", false, "keep the work folder")
+	accessLog := flag.Bool("access-log", false, "every proxy with its access log on (haproxy, nginx, snigate)")
 	flag.Parse()
 	if *loadgen == "" || *backend == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: ab --loadgen BIN --backend BIN [--test T] [--rounds N] TARGET...")
@@ -170,7 +173,10 @@ func main() {
 			if err != nil {
 				log.Fatal(err)
 			}
-			t.spec = peers.Spec{Dir: filepath.Join(work, t.name), Pass: addr(pass), Routes: routes}
+			t.spec = peers.Spec{Dir: filepath.Join(work, t.name), Pass: addr(pass), Routes: routes, AccessLog: *accessLog}
+			if *accessLog && t.kind == "sniproxy" {
+				log.Fatalf("%s: no comparable access log (sniproxy logs to syslog only)", t.name)
+			}
 			if pg && t.kind != "snigate" {
 				if t.kind != "haproxy" && t.kind != "nginx" {
 					log.Fatalf("%s cannot carry a PostgreSQL session", t.name)
