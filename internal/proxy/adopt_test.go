@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/snigate/snigate/internal/metrics"
-	"github.com/snigate/snigate/internal/pgwire"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil"
 	"github.com/snigate/snigate/internal/testutil/fixture"
@@ -165,11 +164,7 @@ func TestShutdownCutsReleasedThenRelayed(t *testing.T) {
 	}
 	client := dial(t, addr)
 	client.SetDeadline(time.Now().Add(10 * time.Second))
-	client.Write([]byte(pgwire.SSLRequest))
-	answer := make([]byte, 1)
-	if _, err := io.ReadFull(client, answer); err != nil || answer[0] != 'S' {
-		t.Fatalf("SSLRequest answered %q, %v", answer, err)
-	}
+	askSSL(t, client)
 	// Any ClientHello with the SNI will do: the backend echoes it.
 	go tls.Client(client, &tls.Config{ServerName: "db.test", InsecureSkipVerify: true}).Handshake()
 	deadline := time.Now().Add(5 * time.Second)

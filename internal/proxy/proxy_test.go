@@ -99,6 +99,17 @@ func dial(t *testing.T, addr string) net.Conn {
 	return c
 }
 
+// askSSL sends PostgreSQL's SSLRequest on c and fails t unless the answer is 'S' (the
+// bridge's yes: TLS follows).
+func askSSL(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.Write([]byte(pgwire.SSLRequest))
+	answer := make([]byte, 1)
+	if _, err := io.ReadFull(c, answer); err != nil || answer[0] != 'S' {
+		t.Fatalf("SSLRequest answered %q, %v", answer, err)
+	}
+}
+
 func tlsPort(addr string, listeners map[string]*snapshot.Listener) *snapshot.Port {
 	p := &snapshot.Port{Address: addr, Protocol: snapshot.ProtocolTLS}
 	for h, l := range listeners {
@@ -583,10 +594,7 @@ func TestProxyProtocol(t *testing.T) {
 		}
 		c := dial(t, pgAddr)
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		c.Write([]byte(pgwire.SSLRequest))
-		if b := make([]byte, 1); func() bool { _, err := io.ReadFull(c, b); return err != nil || b[0] != 'S' }() {
-			t.Fatal("snigate did not answer the SSLRequest with S")
-		}
+		askSSL(t, c)
 		want := fmt.Sprintf("v2 src=%s auth=db.test alpn=x-db", c.LocalAddr())
 		if got := tlsTo(t, c, "db.test", "x-db"); got != want {
 			t.Errorf("backend read %q, want %q", got, want)
@@ -737,38 +745,23 @@ func TestBreakReachesOtherSide(t *testing.T) {
 	// the client's TCP connection, r what reads the bytes after the name.
 	connect := func(t *testing.T, mode, addr string) (raw *net.TCPConn, r io.Reader) {
 		t.Helper()
-		if mode == "postgres" {
-			// The SSLRequest bridge: 'S' from snigate, then TLS to the backend.
-			c := dial(t, addr)
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			c.Write([]byte(pgwire.SSLRequest))
-			s := make([]byte, 1)
-			if _, err := io.ReadFull(c, s); err != nil || s[0] != 'S' {
-				t.Fatalf("SSLRequest answered %q, %v", s, err)
-			}
-			tc := tls.Client(c, &tls.Config{ServerName: "a.test", InsecureSkipVerify: true})
-			br := bufio.NewReader(tc)
-			if line, err := br.ReadString('\n'); err != nil || line != "X\n" {
-				t.Fatalf("greeting %q, %v", line, err)
-			}
-			return c.(*net.TCPConn), br
+		c := dial(t, addr)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		var s io.Reader = c
+		switch mode {
+		case "postgres":
+			askSSL(t, c) // the SSLRequest bridge: 'S' from snigate, then TLS to the backend
+			s = tls.Client(c, &tls.Config{ServerName: "a.test", InsecureSkipVerify: true})
+		case "passthrough":
+			s = tls.Client(c, &tls.Config{ServerName: "a.test", InsecureSkipVerify: true})
+		case "terminate":
+			s = tls.Client(c, &tls.Config{ServerName: "t.test", InsecureSkipVerify: true})
 		}
-		sni := map[string]string{"passthrough": "a.test", "terminate": "t.test"}[mode]
-		if sni == "" {
-			c := dial(t, addr)
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			br := bufio.NewReader(c)
-			if line, err := br.ReadString('\n'); err != nil || line != "X\n" {
-				t.Fatalf("greeting %q, %v", line, err)
-			}
-			return c.(*net.TCPConn), br
+		br := bufio.NewReader(s)
+		if line, err := br.ReadString('\n'); err != nil || line != "X\n" {
+			t.Fatalf("greeting %q, %v", line, err)
 		}
-		c, got, err := dialTLS(t, addr, sni)
-		if err != nil || got != "X" {
-			t.Fatalf("greeting %q, %v", got, err)
-		}
-		t.Cleanup(func() { c.NetConn().Close() })
-		return c.NetConn().(*net.TCPConn), c
+		return c.(*net.TCPConn), br
 	}
 	for _, mode := range []string{"passthrough", "postgres", "terminate", "tcp"} {
 		var bcert *tls.Certificate
