@@ -17,7 +17,6 @@ import (
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil"
-	"github.com/snigate/snigate/internal/testutil/fixture"
 )
 
 // waitLog waits until the log holds a line containing every part.
@@ -133,32 +132,15 @@ func TestShutdownCutsUnroutedConnections(t *testing.T) {
 func TestShutdownCutsReleasedThenRelayed(t *testing.T) {
 	// A PostgreSQL-like backend: 'S' to the SSLRequest, then an echo (the client's hello
 	// comes back, which starts with a TLS record byte as the relay expects).
-	bln, err := fixture.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bln.Close()
-	go func() {
-		for {
-			c, err := bln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req := make([]byte, 8)
-				if _, err := io.ReadFull(c, req); err != nil {
-					return
-				}
-				c.Write([]byte{'S'})
-				io.Copy(c, c)
-			}()
+	bend := serve(t, func(c net.Conn) {
+		if answerSSL(c, c) {
+			io.Copy(c, c)
 		}
-	}()
+	})
 	p := New(Options{Metrics: metrics.New(), AccessLog: testAccessLog(t, tWriter{t}), Logger: testLogger(t)})
 	addr := freeAddr(t)
 	snap := snapshot.New(1, []*snapshot.Port{tlsPort(addr, map[string]*snapshot.Listener{
-		"": passthrough("gw/pg", map[string]*snapshot.Route{"db.test": route("db", mustAddrPort(bln.Addr().String()))})})})
+		"": passthrough("gw/pg", map[string]*snapshot.Route{"db.test": route("db", bend)})})})
 	if err := p.Apply(snap); err != nil {
 		t.Fatal(err)
 	}

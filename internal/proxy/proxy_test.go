@@ -4,7 +4,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -108,6 +107,17 @@ func askSSL(t *testing.T, c net.Conn) {
 	if _, err := io.ReadFull(c, answer); err != nil || answer[0] != 'S' {
 		t.Fatalf("SSLRequest answered %q, %v", answer, err)
 	}
+}
+
+// answerSSL is a PostgreSQL server's side of askSSL: it reads the SSLRequest from r and
+// answers 'S' on w. False when what came was not an SSLRequest or the answer failed.
+func answerSSL(r io.Reader, w io.Writer) bool {
+	req := make([]byte, len(pgwire.SSLRequest))
+	if _, err := io.ReadFull(r, req); err != nil || string(req) != pgwire.SSLRequest {
+		return false
+	}
+	_, err := w.Write([]byte{'S'})
+	return err == nil
 }
 
 func tlsPort(addr string, listeners map[string]*snapshot.Listener) *snapshot.Port {
@@ -499,12 +509,8 @@ func proxyBackendPG(t *testing.T, cert *tls.Certificate, pg bool) netip.AddrPort
 			}
 			greeting = fmt.Sprintf("v%d src=%s auth=%s alpn=%s", h.Version, h.SourceAddr, auth, alpn)
 		}
-		if pg {
-			req := make([]byte, 8)
-			if _, err := io.ReadFull(br, req); err != nil || !bytes.Equal(req, []byte(pgwire.SSLRequest)) {
-				return
-			}
-			c.Write([]byte{'S'})
+		if pg && !answerSSL(br, c) {
+			return
 		}
 		var rw io.ReadWriter = struct {
 			io.Reader
@@ -675,12 +681,8 @@ func abortBackend(t *testing.T, cert *tls.Certificate, pg, abort bool, got chan<
 	return serve(t, func(c net.Conn) {
 		tcp := c.(*net.TCPConn)
 		rw := io.ReadWriter(c)
-		if pg {
-			req := make([]byte, len(pgwire.SSLRequest))
-			if _, err := io.ReadFull(c, req); err != nil {
-				return
-			}
-			c.Write([]byte{'S'})
+		if pg && !answerSSL(c, c) {
+			return
 		}
 		if cert != nil {
 			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
