@@ -352,3 +352,54 @@ func TestAcceptedConnectionsSpread(t *testing.T) {
 		}
 	}
 }
+
+// refusingAcceptor refuses every second connection (closing it, as an Acceptor over its
+// limit does) and adopts the others with rt.
+type refusingAcceptor struct {
+	rt       Router
+	accepted atomic.Int32
+}
+
+func (a *refusingAcceptor) Accepted(fd int, _ netip.AddrPort) (Router, any, time.Time, bool) {
+	if a.accepted.Add(1)%2 == 0 {
+		unix.Close(fd)
+		return nil, nil, time.Time{}, false
+	}
+	return a.rt, nil, time.Now().Add(5 * time.Second), true
+}
+
+func (a *refusingAcceptor) Failed(error) {}
+
+// Connections that queued up on the listener before any loop looked are all accepted,
+// refused ones among them: a loop takes one connection per event, and the listener, being
+// level-triggered, is reported again while more wait. (An edge-triggered listener would
+// strand them.)
+func TestListenerTakesBacklog(t *testing.T) {
+	r := newRelay(t, 1)
+	ln := listen(t)
+	fd, err := listenerFD(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // the duplicate keeps the socket, and its accept queue
+	const n = 100
+	for i := range n {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		defer c.Close()
+	}
+	wait := newTestRouter(func([]byte) Verdict { return Verdict{Action: Wait} })
+	wait.pair = make(chan *Pair, n)
+	a := &refusingAcceptor{rt: wait}
+	rl, err := r.Listen(fd, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rl.Close() })
+	waitPairs(t, r, n/2)
+	if got := a.accepted.Load(); got != n {
+		t.Fatalf("%d connections accepted, want %d", got, n)
+	}
+}
