@@ -18,6 +18,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// listenerSocket is a loopback listening socket for Relay.Listen, which takes it over, and
+// its address. The test's net.Listener is closed: the duplicate keeps the socket and its
+// accept queue.
+func listenerSocket(t *testing.T) (int, *net.TCPAddr) {
+	t.Helper()
+	ln := listen(t)
+	fd, err := listenerFD(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	return fd, ln.Addr().(*net.TCPAddr)
+}
+
 // countingAcceptor adopts every connection with rt and counts Accepted and Failed calls.
 type countingAcceptor struct {
 	rt       Router
@@ -40,13 +54,8 @@ func (a *countingAcceptor) Failed(err error) {
 // When Close returns, the listener is closed and no loop accepts from it any more.
 func TestListenerClose(t *testing.T) {
 	r := newRelay(t, 2)
-	ln := listen(t)
-	addr := ln.Addr().String()
-	fd, err := listenerFD(ln)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close() // the duplicate keeps the socket
+	fd, laddr := listenerSocket(t)
+	addr := laddr.String()
 	rt := newTestRouter(func([]byte) Verdict { return Verdict{Action: Release} })
 	rt.released = make(chan released, 100)
 	a := &countingAcceptor{rt: rt}
@@ -88,12 +97,7 @@ func TestListenerClose(t *testing.T) {
 // level-triggered listener, and accepts the connection once descriptors are free again.
 func TestListenBacksOffWhenOutOfFDs(t *testing.T) {
 	r := newRelay(t, 1)
-	ln := listen(t)
-	fd, err := listenerFD(ln)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close()
+	fd, laddr := listenerSocket(t)
 	bln := listen(t)
 	rt := newTestRouter(untilLine(bln.Addr().(*net.TCPAddr).AddrPort()))
 	a := &countingAcceptor{rt: rt}
@@ -137,7 +141,7 @@ func TestListenBacksOffWhenOutOfFDs(t *testing.T) {
 		}
 	}
 	defer restore()
-	sa := &unix.SockaddrInet4{Port: ln.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}
+	sa := &unix.SockaddrInet4{Port: laddr.Port, Addr: [4]byte{127, 0, 0, 1}}
 	if err := unix.Connect(cfd, sa); err != nil {
 		restore()
 		t.Fatal(err)
@@ -324,12 +328,7 @@ func switches(t *testing.T) int64 {
 // in the listener's queue accepts them all.
 func TestAcceptedConnectionsSpread(t *testing.T) {
 	r := newRelay(t, 2)
-	ln := listen(t)
-	fd, err := listenerFD(ln)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close()
+	fd, laddr := listenerSocket(t)
 	wait := newTestRouter(func([]byte) Verdict { return Verdict{Action: Wait} })
 	wait.pair = make(chan *Pair, 100)
 	rl, err := r.Listen(fd, &countingAcceptor{rt: wait})
@@ -339,7 +338,7 @@ func TestAcceptedConnectionsSpread(t *testing.T) {
 	t.Cleanup(func() { rl.Close() })
 	const n = 64
 	for i := range n {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", laddr.String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,15 +375,10 @@ func (a *refusingAcceptor) Failed(error) {}
 // strand them.)
 func TestListenerTakesBacklog(t *testing.T) {
 	r := newRelay(t, 1)
-	ln := listen(t)
-	fd, err := listenerFD(ln)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close() // the duplicate keeps the socket, and its accept queue
+	fd, laddr := listenerSocket(t)
 	const n = 100
 	for i := range n {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", laddr.String())
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
