@@ -22,15 +22,20 @@
 // on every proxy's access log, written as the harness's "logs" test writes it (haproxy,
 // nginx and snigate only; sniproxy logs to syslog only).
 // Besides each test's own numbers it reports the proxy's CPU time and its context switches
-// (voluntary and not, from /proc) per operation. Needs root for nothing but the peers'
+// (voluntary and not, from /proc) per operation. --profile records each proxy with perf
+// while it is measured and adds its CPU per operation by kind of work ("prof accept µs",
+// "prof send µs", ...; bench/internal/kprofile), the kernel's sorted by system call: the
+// table that shows where two proxies' costs for the same connections differ. Needs root for nothing but the peers'
 // default paths; runs as any user that may start them.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -40,8 +45,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/snigate/snigate/bench/internal/kprofile"
 	"github.com/snigate/snigate/bench/internal/load"
 	"github.com/snigate/snigate/bench/internal/peers"
 	"github.com/snigate/snigate/bench/internal/pgsrv"
@@ -80,6 +87,7 @@ func main() {
 	rrTime := flag.Duration("rr-time", 2*time.Second, "rr: how long each measurement sends")
 	flags := flag.String("snigate-flags", "", "extra serve flags for every snigate target, space-separated")
 	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation (perf stat)")
+	profile := flag.Bool("profile", false, "profile each proxy while it is measured (perf record -g) and report its CPU per operation by kind of work; the sampling costs every proxy CPU of its own, so compare proxies within one run")
 	proxyCPUs := flag.String("proxy-cpus", "", "move each proxy to these CPUs while it is measured (taskset list; default: CPU 1, CPU 0 for latency)")
 	keep := flag.Bool("keep", false, "keep the work folder")
 	accessLog := flag.Bool("access-log", false, "every proxy with its access log on (haproxy, nginx, snigate)")
@@ -234,7 +242,7 @@ func main() {
 		targets = append(targets, t)
 	}
 
-	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys, proxyCPUs: *proxyCPUs}
+	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys, profile: *profile, work: work, proxyCPUs: *proxyCPUs}
 	results := map[string][]sample{}
 	for r := range *rounds {
 		k := r % len(targets)
@@ -253,6 +261,8 @@ func main() {
 
 type measurer struct {
 	syscalls  bool
+	profile   bool
+	work      string // where --profile's recordings go
 	proxyCPUs string
 	loadgen   string
 	test      string
@@ -347,6 +357,12 @@ func (m *measurer) measure(t *target) (sample, error) {
 			return nil, err
 		}
 	}
+	var prof func() (kprofile.Counts, error)
+	if m.profile && pid > 0 {
+		if prof, err = perfRecord(tree, filepath.Join(m.work, t.name+".perf.data")); err != nil {
+			return nil, err
+		}
+	}
 	cpu0, cs0, busy0, us0 := procstat.CPU(tree), switches(tree), cpuBusy(), procstat.UserSys(tree)
 	if run == nil {
 		run = func() error { return runLoadgen(m.loadgen, out, args...) }
@@ -363,6 +379,12 @@ func (m *measurer) measure(t *target) (sample, error) {
 	var sys map[string]float64
 	if counts != nil {
 		sys = counts()
+	}
+	var classes kprofile.Counts
+	if prof != nil {
+		if classes, err = prof(); err != nil {
+			return nil, err
+		}
 	}
 	switch m.test {
 	case "latency":
@@ -408,8 +430,68 @@ func (m *measurer) measure(t *target) (sample, error) {
 		for k, v := range sys {
 			s[k+"/op"] = v / ops
 		}
+		for _, class := range kprofile.Classes {
+			s["prof "+class+" "+unit] = float64(classes.ByClass[class]) / profileHz * 1e9 / scale / ops
+		}
 	}
 	return s, nil
+}
+
+// diedOf reports whether err is a process's end by signal sig.
+func diedOf(err error, sig syscall.Signal) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
+}
+
+// profileHz is --profile's sampling rate: not a multiple of the kernel's tick rates, so
+// that the samples do not fall in step with timer work.
+const profileHz = 3999
+
+// perfRecord starts recording the threads of pids with call graphs into file; the function
+// it returns stops the recording and sorts its samples (kprofile).
+func perfRecord(pids []int, file string) (func() (kprofile.Counts, error), error) {
+	var list []string
+	for _, p := range pids {
+		list = append(list, strconv.Itoa(p))
+	}
+	cmd := exec.Command("perf", "record", "-q", "-g", "-F", strconv.Itoa(profileHz), "-p", strings.Join(list, ","), "-o", file)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	time.Sleep(200 * time.Millisecond) // perf attaches
+	return func() (kprofile.Counts, error) {
+		cmd.Process.Signal(os.Interrupt)
+		// perf record writes its file out on SIGINT and then dies of it.
+		if err := cmd.Wait(); err != nil && !diedOf(err, syscall.SIGINT) {
+			return kprofile.Counts{}, fmt.Errorf("perf record: %v: %s", err, errOut.String())
+		}
+		script := exec.Command("perf", "script", "-F", "comm,ip,sym,dso", "-i", file)
+		var scriptErr strings.Builder
+		script.Stderr = &scriptErr
+		out, err := script.StdoutPipe()
+		if err != nil {
+			return kprofile.Counts{}, err
+		}
+		if err := script.Start(); err != nil {
+			return kprofile.Counts{}, fmt.Errorf("perf script: %w", err)
+		}
+		c, rerr := kprofile.Read(out)
+		io.Copy(io.Discard, out)
+		if err := script.Wait(); err != nil {
+			return c, fmt.Errorf("perf script: %v: %s", err, scriptErr.String())
+		}
+		if rerr != nil {
+			return c, fmt.Errorf("perf script: %w", rerr)
+		}
+		os.Remove(file)
+		return c, nil
+	}, nil
 }
 
 // perfEvents are what --syscalls counts: every system call, the epoll waits among them, and
