@@ -25,8 +25,8 @@
 // (voluntary and not, from /proc) per operation. --profile records each proxy with perf
 // while it is measured and adds its CPU per operation by kind of work ("prof accept µs",
 // "prof send µs", ...; bench/internal/kprofile), the kernel's sorted by system call: the
-// table that shows where two proxies' costs for the same connections differ. Needs root for nothing but the peers'
-// default paths; runs as any user that may start them.
+// table that shows where two proxies' costs for the same connections differ. Needs root
+// for nothing but the peers' default paths; runs as any user that may start them.
 package main
 
 import (
