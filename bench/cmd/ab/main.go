@@ -454,11 +454,7 @@ const profileHz = 3999
 // perfRecord starts recording the threads of pids with call graphs into file; the function
 // it returns stops the recording and sorts its samples (kprofile).
 func perfRecord(pids []int, file string) (func() (kprofile.Counts, error), error) {
-	var list []string
-	for _, p := range pids {
-		list = append(list, strconv.Itoa(p))
-	}
-	cmd := exec.Command("perf", "record", "-q", "-g", "-F", strconv.Itoa(profileHz), "-p", strings.Join(list, ","), "-o", file)
+	cmd := exec.Command("perf", "record", "-q", "-g", "-F", strconv.Itoa(profileHz), "-p", pidList(pids), "-o", file)
 	var errOut strings.Builder
 	cmd.Stderr = &errOut
 	if err := cmd.Start(); err != nil {
@@ -503,14 +499,19 @@ var perfEvents = map[string]string{
 	"syscalls:sys_enter_epoll_pwait2": "epoll waits",
 }
 
+// pidList is pids as perf's -p takes them.
+func pidList(pids []int) string {
+	list := make([]string, len(pids))
+	for i, p := range pids {
+		list[i] = strconv.Itoa(p)
+	}
+	return strings.Join(list, ",")
+}
+
 // perfStat starts counting perfEvents in the threads of pids; the function it returns stops
 // and reads the counts.
 func perfStat(pids []int) (func() map[string]float64, error) {
-	var list []string
-	for _, p := range pids {
-		list = append(list, strconv.Itoa(p))
-	}
-	args := []string{"stat", "-x", ",", "-p", strings.Join(list, ",")}
+	args := []string{"stat", "-x", ",", "-p", pidList(pids)}
 	for e := range perfEvents {
 		args = append(args, "-e", e)
 	}
