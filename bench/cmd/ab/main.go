@@ -22,11 +22,15 @@
 // on every proxy's access log, written as the harness's "logs" test writes it (haproxy,
 // nginx and snigate only; sniproxy logs to syslog only).
 // Besides each test's own numbers it reports the proxy's CPU time and its context switches
-// (voluntary and not, from /proc) per operation. --profile records each proxy with perf
-// while it is measured and adds its CPU per operation by kind of work ("prof accept µs",
-// "prof send µs", ...; bench/internal/kprofile), the kernel's sorted by system call: the
-// table that shows where two proxies' costs for the same connections differ. Needs root
-// for nothing but the peers' default paths; runs as any user that may start them.
+// (voluntary and not, from /proc) per operation. --syscalls adds its system calls and epoll
+// waits per operation (perf stat), and for rr, pg and pgs, whose rate CPU 0 bounds, CPU 0's
+// context switches per operation ("cpu0 cs/op": the clients and the backend woken by what
+// the proxy sent; the proxy's own too if --proxy-cpus puts it there). --profile records
+// each proxy with perf while it is measured and adds its CPU per operation by kind of work
+// ("prof accept µs", "prof send µs", ...; bench/internal/kprofile), the kernel's sorted by
+// system call: the table that shows where two proxies' costs for the same connections
+// differ. Needs root for nothing but the peers' default paths; runs as any user that may
+// start them.
 package main
 
 import (
@@ -86,7 +90,7 @@ func main() {
 	conc := flag.Int("c", 0, "concurrent connections (conns: 16, rr: 50)")
 	rrTime := flag.Duration("rr-time", 2*time.Second, "rr: how long each measurement sends")
 	flags := flag.String("snigate-flags", "", "extra serve flags for every snigate target, space-separated")
-	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation (perf stat)")
+	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation, and for rr, pg and pgs CPU 0's context switches (perf stat)")
 	profile := flag.Bool("profile", false, "profile each proxy while it is measured (perf record -g) and report its CPU per operation by kind of work; the sampling costs every proxy CPU of its own, so compare proxies within one run")
 	proxyCPUs := flag.String("proxy-cpus", "", "move each proxy to these CPUs while it is measured (taskset list; default: CPU 1, CPU 0 for latency)")
 	keep := flag.Bool("keep", false, "keep the work folder")
@@ -353,7 +357,14 @@ func (m *measurer) measure(t *target) (sample, error) {
 	var counts func() map[string]float64
 	if m.syscalls && pid > 0 {
 		var err error
-		if counts, err = perfStat(tree); err != nil {
+		if counts, err = perfStat(perfEvents, "-p", pidList(tree)); err != nil {
+			return nil, err
+		}
+	}
+	var cpu0Counts func() map[string]float64
+	if m.syscalls && (m.test == "rr" || m.test == "pg" || m.test == "pgs") {
+		var err error
+		if cpu0Counts, err = perfStat(cpu0Events, "-a", "-C", "0"); err != nil {
 			return nil, err
 		}
 	}
@@ -376,9 +387,12 @@ func (m *measurer) measure(t *target) (sample, error) {
 	// returns from a system call counts as user time (a profile tells them apart:
 	// bench/results/notes.md).
 	kernel := procstat.UserSys(tree).KernelShare(us0)
-	var sys map[string]float64
+	var sys, sys0 map[string]float64
 	if counts != nil {
 		sys = counts()
+	}
+	if cpu0Counts != nil {
+		sys0 = cpu0Counts()
 	}
 	var classes kprofile.Counts
 	if prof != nil {
@@ -417,6 +431,9 @@ func (m *measurer) measure(t *target) (sample, error) {
 		// run; what each operation costs there (busy time, the host's steal left out) is
 		// what a proxy does to it.
 		s["cpu0/op µs"] = (busy[0] - busy0[0]) / ops * 1e6
+		for k, v := range sys0 {
+			s[k+"/op"] = v / ops
+		}
 	}
 	if pid > 0 && ops > 0 {
 		unit := "µs"
@@ -430,8 +447,10 @@ func (m *measurer) measure(t *target) (sample, error) {
 		for k, v := range sys {
 			s[k+"/op"] = v / ops
 		}
-		for _, class := range kprofile.Classes {
-			s["prof "+class+" "+unit] = float64(classes.ByClass[class]) / profileHz * 1e9 / scale / ops
+		if prof != nil {
+			for _, class := range kprofile.Classes {
+				s["prof "+class+" "+unit] = float64(classes.ByClass[class]) / profileHz * 1e9 / scale / ops
+			}
 		}
 	}
 	return s, nil
@@ -508,11 +527,15 @@ func pidList(pids []int) string {
 	return strings.Join(list, ",")
 }
 
-// perfStat starts counting perfEvents in the threads of pids; the function it returns stops
-// and reads the counts.
-func perfStat(pids []int) (func() map[string]float64, error) {
-	args := []string{"stat", "-x", ",", "-p", pidList(pids)}
-	for e := range perfEvents {
+// cpu0Events are what --syscalls counts on CPU 0 for the tests whose rate CPU 0 bounds: its
+// context switches, most of them the clients and the backend woken by what a proxy sent.
+var cpu0Events = map[string]string{"context-switches": "cpu0 cs"}
+
+// perfStat starts counting events (perf's name → the name reported) in scope (perf's "-p
+// PIDS" or "-a -C CPUS"); the function it returns stops and reads the counts.
+func perfStat(events map[string]string, scope ...string) (func() map[string]float64, error) {
+	args := append([]string{"stat", "-x", ","}, scope...)
+	for e := range events {
 		args = append(args, "-e", e)
 	}
 	cmd := exec.Command("perf", args...)
@@ -531,7 +554,7 @@ func perfStat(pids []int) (func() map[string]float64, error) {
 			if len(f) < 3 {
 				continue
 			}
-			if name, ok := perfEvents[f[2]]; ok {
+			if name, ok := events[f[2]]; ok {
 				v, _ := strconv.ParseFloat(f[0], 64)
 				got[name] += v
 			}
