@@ -25,6 +25,14 @@ func sample() *Results {
 		r.Add(TLogs, MCPU, "haproxy", "µs", 110)
 		r.Add(TShapes, MCPUFin, "snigate", "µs", 90)
 		r.Add(TShapes, MCPUFin, "haproxy", "µs", 100) // 90 > 0.9 × 100 is false: met exactly
+		// Terminate: judged on the steady batch (300 vs nginx 330), the first batch after a
+		// start (430 vs 340) shown beside it.
+		r.Add(TTerm, MRate, "snigate", "handshakes/s", 2700)
+		r.Add(TTerm, MRate, "nginx", "handshakes/s", 2600)
+		r.Add(TTerm, MCPU, "snigate", "µs", 300)
+		r.Add(TTerm, MCPU, "nginx", "µs", 330)
+		r.Add(TTerm, MCPUCold, "snigate", "µs", 430)
+		r.Add(TTerm, MCPUCold, "nginx", "µs", 340)
 	}
 	r.Add(TConns, MCPU, "sniproxy", "µs", math.NaN()) // dropped
 	r.Micro = []Micro{{Name: "BenchmarkParse/go-tls13", NsPerOp: 150}, {Name: "BenchmarkLookup/exact/1", AllocsPerOp: 1}}
@@ -54,6 +62,7 @@ func TestMedianAndTargets(t *testing.T) {
 		"pgbench (TPC-B-like) through the bridge ≥ the best peer forwarding plain TCP":    true, // 0.98 vs 0.93
 		"ClientHello parse: 0 allocs, < 200 ns (BenchmarkParse/go-tls13)":                 true,
 		"route lookup: 0 allocs (BenchmarkLookup/exact/1)":                                false,
+		"CPU per handshake ≤ that peer's":                                                 true, // 300 vs nginx 330
 	}
 	for _, tg := range r.Targets {
 		if w, ok := want[tg.Goal]; ok {
@@ -74,6 +83,9 @@ func TestMedianAndTargets(t *testing.T) {
 		if tg.Area == "PostgreSQL" && !strings.Contains(tg.Value, "per round ×1.05, ahead in 3 of 3") {
 			t.Errorf("no per-round ratio: %q", tg.Value)
 		}
+		if tg.Goal == "CPU per handshake ≤ that peer's" && !strings.Contains(tg.Value, "300 µs vs nginx 330 µs (×0.91); the first batch after a start 430 vs 340 µs (×1.26)") {
+			t.Errorf("terminate target lacks the first batch: %q", tg.Value)
+		}
 		if tg.Area == "PostgreSQL" && !strings.Contains(tg.Value, "vs nginx ×0.930") {
 			t.Errorf("PostgreSQL target does not name the best peer: %q", tg.Value)
 		}
@@ -83,7 +95,8 @@ func TestMedianAndTargets(t *testing.T) {
 func TestMarkdownAndSVG(t *testing.T) {
 	r := sample()
 	md := r.Markdown("chart.svg", "## Notes\n\nhand-written")
-	for _, s := range []string{"# Performance", "## Targets", "| snigate | 100 (90–110) |", "hand-written", "Test CPU"} {
+	for _, s := range []string{"# Performance", "## Targets", "| snigate | 100 (90–110) |", "hand-written", "Test CPU",
+		"| nginx | 2600 (2600–2600) | ×1.04 | 330 (330–330) | ×0.91 | 340 (340–340) | ×1.26 |"} {
 		if !strings.Contains(md, strings.TrimSpace(s)) {
 			t.Errorf("markdown lacks %q", s)
 		}

@@ -24,7 +24,8 @@ const (
 	MCPU            = "cpu_us"      // proxy CPU µs per connection / handshake / request
 	MCPUTiny        = "cpu_us_tiny" // shapes: tiny flight, one byte each way, reset
 	MRateTiny       = "rate_tiny"
-	MCPUFin         = "cpu_us_fin" // shapes: the standard exchange, closed by FINs
+	MCPUFin         = "cpu_us_fin"  // shapes: the standard exchange, closed by FINs
+	MCPUCold        = "cpu_us_cold" // term: the first batch after a (re)start
 	MRateFin        = "rate_fin"
 	MRate           = "rate"          // per second
 	MGBps           = "gbps"          // 10^9 bytes/s
@@ -258,8 +259,13 @@ func (r *Results) Evaluate() {
 				fmt.Sprintf("%.0f/s vs %s %.0f/s (client-bound: see the capacity column)", v, p, b)))
 			if c, ok := r.Med(TTerm, MCPU, s); ok {
 				if pc, ok := r.Med(TTerm, MCPU, p); ok {
-					add(atMost("terminate", "CPU per handshake ≤ that peer's", c, pc,
-						fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f)", c, p, pc, c/pc)))
+					detail := fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f)", c, p, pc, c/pc)
+					if cc, ok := r.Med(TTerm, MCPUCold, s); ok {
+						if pcc, ok := r.Med(TTerm, MCPUCold, p); ok {
+							detail += fmt.Sprintf("; the first batch after a start %.0f vs %.0f µs (×%.2f)", cc, pcc, cc/pcc)
+						}
+					}
+					add(atMost("terminate", "CPU per handshake ≤ that peer's", c, pc, detail))
 				}
 			}
 		}
