@@ -23,9 +23,11 @@
 // nginx and snigate only; sniproxy logs to syslog only).
 // Besides each test's own numbers it reports the proxy's CPU time and its context switches
 // (voluntary and not, from /proc) per operation. --syscalls adds its system calls and epoll
-// waits per operation (perf stat), and for rr, pg and pgs, whose rate CPU 0 bounds, CPU 0's
-// context switches per operation ("cpu0 cs/op": the clients and the backend woken by what
-// the proxy sent; the proxy's own too if --proxy-cpus puts it there). --profile records
+// waits per operation (perf stat; counting slows every call, so it shifts the rates of the
+// proxies that make more). --cpu0, for rr, pg and pgs, whose rate CPU 0 bounds, counts CPU
+// 0's context switches and the inter-processor interrupts it sends per operation ("cpu0
+// cs/op", "cpu0 IPIs/op"): a proxy whose loop sleeps is woken by an IPI from the client's or
+// the backend's CPU, which pays for it. --profile records
 // each proxy with perf while it is measured and adds its CPU per operation by kind of work
 // ("prof accept µs", "prof send µs", ...; bench/internal/kprofile), the kernel's sorted by
 // system call: the table that shows where two proxies' costs for the same connections
@@ -90,7 +92,8 @@ func main() {
 	conc := flag.Int("c", 0, "concurrent connections (conns: 16, rr: 50)")
 	rrTime := flag.Duration("rr-time", 2*time.Second, "rr: how long each measurement sends")
 	flags := flag.String("snigate-flags", "", "extra serve flags for every snigate target, space-separated")
-	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation, and for rr, pg and pgs CPU 0's context switches (perf stat)")
+	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation (perf stat)")
+	cpu0 := flag.Bool("cpu0", false, "rr, pg, pgs: count CPU 0's context switches and the IPIs it sends per operation (perf stat -a -C 0)")
 	profile := flag.Bool("profile", false, "profile each proxy while it is measured (perf record -g) and report its CPU per operation by kind of work; the sampling costs every proxy CPU of its own, so compare proxies within one run")
 	proxyCPUs := flag.String("proxy-cpus", "", "move each proxy to these CPUs while it is measured (taskset list; default: CPU 1, CPU 0 for latency)")
 	keep := flag.Bool("keep", false, "keep the work folder")
@@ -246,7 +249,7 @@ func main() {
 		targets = append(targets, t)
 	}
 
-	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys, profile: *profile, work: work, proxyCPUs: *proxyCPUs}
+	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys, cpu0: *cpu0, profile: *profile, work: work, proxyCPUs: *proxyCPUs}
 	results := map[string][]sample{}
 	for r := range *rounds {
 		k := r % len(targets)
@@ -265,6 +268,7 @@ func main() {
 
 type measurer struct {
 	syscalls  bool
+	cpu0      bool
 	profile   bool
 	work      string // where --profile's recordings go
 	proxyCPUs string
@@ -362,7 +366,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 		}
 	}
 	var cpu0Counts func() map[string]float64
-	if m.syscalls && (m.test == "rr" || m.test == "pg" || m.test == "pgs") {
+	if m.cpu0 && (m.test == "rr" || m.test == "pg" || m.test == "pgs") {
 		var err error
 		if cpu0Counts, err = perfStat(cpu0Events, "-a", "-C", "0"); err != nil {
 			return nil, err
@@ -527,9 +531,10 @@ func pidList(pids []int) string {
 	return strings.Join(list, ",")
 }
 
-// cpu0Events are what --syscalls counts on CPU 0 for the tests whose rate CPU 0 bounds: its
-// context switches, most of them the clients and the backend woken by what a proxy sent.
-var cpu0Events = map[string]string{"context-switches": "cpu0 cs"}
+// cpu0Events are what --cpu0 counts on CPU 0 for the tests whose rate CPU 0 bounds: its
+// context switches (most of them the clients and the backend woken by what a proxy sent) and
+// the IPIs it sends (most of them waking a proxy that slept).
+var cpu0Events = map[string]string{"context-switches": "cpu0 cs", "ipi:ipi_send_cpu": "cpu0 IPIs", "ipi:ipi_send_cpumask": "cpu0 IPIs"}
 
 // perfStat starts counting events (perf's name → the name reported) in scope (perf's "-p
 // PIDS" or "-a -C CPUS"); the function it returns stops and reads the counts.
