@@ -27,12 +27,11 @@
 // proxies that make more). --cpu0, for rr, pg and pgs, whose rate CPU 0 bounds, counts CPU
 // 0's context switches and the inter-processor interrupts it sends per operation ("cpu0
 // cs/op", "cpu0 IPIs/op"): a proxy whose loop sleeps is woken by an IPI from the client's or
-// the backend's CPU, which pays for it. --profile records
-// each proxy with perf while it is measured and adds its CPU per operation by kind of work
-// ("prof accept µs", "prof send µs", ...; bench/internal/kprofile), the kernel's sorted by
-// system call: the table that shows where two proxies' costs for the same connections
-// differ. Needs root for nothing but the peers' default paths; runs as any user that may
-// start them.
+// the backend's CPU, which pays for it. --profile records each proxy with perf while it is
+// measured and adds its CPU per operation by kind of work ("prof accept µs", "prof send
+// µs", ...; bench/internal/kprofile), the kernel's sorted by system call: the table that
+// shows where two proxies' costs for the same connections differ. Needs root for nothing
+// but the peers' default paths; runs as any user that may start them.
 package main
 
 import (

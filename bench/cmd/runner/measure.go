@@ -230,12 +230,13 @@ func (e *env) latency(targets []string) {
 }
 
 // term: TLS handshakes/s and proxy CPU per handshake, in two batches of TermN. In a full
-// run the first runs on a proxy started (round 1) or restarted (the idle test, every
-// round) since its last handshake, so it pays what a new process pays once: a runtime whose heap grows to its collector's goal touches fresh memory, and
-// on this kind of machine (a guest whose page faults are expensive) that made snigate's
-// first 1 500 handshakes cost ×1.35 of the next ones, which nginx's do not. The second batch
-// is the steady state a running gateway serves at, which the target judges; the first is
-// reported beside it (MCPUCold), so the start's cost stays in view.
+// run the first runs on a proxy started (round 1) or restarted (the idle test, every round)
+// since its last handshake, so it pays what a new process pays once: a runtime whose heap
+// grows to its collector's goal touches fresh memory, and on a guest whose page faults are
+// expensive that made snigate's first 1 500 handshakes cost ×1.35 of the next ones, which
+// nginx's do not. The second batch is the steady state a running gateway serves at, which
+// the target judges; the first is reported beside it (MCPUCold), so the start's cost stays
+// in view.
 func (e *env) term(target string) {
 	inst := e.proxies[target]
 	if inst == nil || inst.proc == nil || inst.spec.Term == "" {
@@ -247,7 +248,10 @@ func (e *env) term(target string) {
 		var r load.ConnsResult
 		err := e.loadgen(120*time.Second, &r, "handshake", "--addr", inst.spec.Term, "--sni", sniTerm,
 			"-n", strconv.Itoa(e.p.TermN), "-c", strconv.Itoa(e.p.Conc), "--max", "60s")
-		return r, float64(cpuOf(pid)-before) / 1e3 / float64(max(r.OK, 1)), err
+		if err == nil && r.OK == 0 {
+			err = fmt.Errorf("no handshake completed (%d failed)", r.Failed)
+		}
+		return r, float64(cpuOf(pid)-before) / 1e3 / float64(r.OK), err
 	}
 	_, cold, err := batch()
 	if err != nil {
