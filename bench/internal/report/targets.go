@@ -259,7 +259,7 @@ func (r *Results) Evaluate() {
 				fmt.Sprintf("%.0f/s vs %s %.0f/s (client-bound: see the capacity column)", v, p, b)))
 			if c, ok := r.Med(TTerm, MCPU, s); ok {
 				if pc, ok := r.Med(TTerm, MCPU, p); ok {
-					detail := fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f)", c, p, pc, c/pc)
+					detail := fmt.Sprintf("%.0f µs vs %s %.0f µs (×%.2f%s)", c, p, pc, c/pc, r.paired(TTerm, MCPU, p, true))
 					if cc, ok := r.Med(TTerm, MCPUCold, s); ok {
 						if pcc, ok := r.Med(TTerm, MCPUCold, p); ok {
 							detail += fmt.Sprintf("; the first batch after a start %.0f vs %.0f µs (×%.2f)", cc, pcc, cc/pcc)
