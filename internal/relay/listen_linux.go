@@ -131,14 +131,11 @@ func (l *loop) accept(st *lnState) {
 			return
 		}
 		st.delay = 0
-		rt, tag, deadline, ok := ln.acc.Accepted(fd, peer)
-		if !ok {
-			return
+		if rt, tag, deadline, ok := ln.acc.Accepted(fd, peer); ok {
+			if to := l.balance(); to == l || !to.post(func() { to.adoptFD(fd, deadline, rt, tag) }) {
+				l.adoptFD(fd, deadline, rt, tag)
+			}
 		}
-		if to := l.balance(); to != l && to.post(func() { to.adoptFD(fd, deadline, rt, tag) }) {
-			return
-		}
-		l.adoptFD(fd, deadline, rt, tag)
 		return
 	}
 }

@@ -32,16 +32,22 @@ func listenerSocket(t *testing.T) (int, *net.TCPAddr) {
 	return fd, ln.Addr().(*net.TCPAddr)
 }
 
-// countingAcceptor adopts every connection with rt and counts Accepted and Failed calls.
+// countingAcceptor adopts every connection with rt (with refuseEven, every second one is
+// refused and closed instead, as an Acceptor over its limit does) and counts Accepted and
+// Failed calls.
 type countingAcceptor struct {
-	rt       Router
-	accepted atomic.Int32
-	mu       sync.Mutex
-	failed   []error
+	rt         Router
+	refuseEven bool
+	accepted   atomic.Int32
+	mu         sync.Mutex
+	failed     []error
 }
 
 func (a *countingAcceptor) Accepted(fd int, _ netip.AddrPort) (Router, any, time.Time, bool) {
-	a.accepted.Add(1)
+	if n := a.accepted.Add(1); a.refuseEven && n%2 == 0 {
+		unix.Close(fd)
+		return nil, nil, time.Time{}, false
+	}
 	return a.rt, nil, time.Now().Add(5 * time.Second), true
 }
 
@@ -352,23 +358,6 @@ func TestAcceptedConnectionsSpread(t *testing.T) {
 	}
 }
 
-// refusingAcceptor refuses every second connection (closing it, as an Acceptor over its
-// limit does) and adopts the others with rt.
-type refusingAcceptor struct {
-	rt       Router
-	accepted atomic.Int32
-}
-
-func (a *refusingAcceptor) Accepted(fd int, _ netip.AddrPort) (Router, any, time.Time, bool) {
-	if a.accepted.Add(1)%2 == 0 {
-		unix.Close(fd)
-		return nil, nil, time.Time{}, false
-	}
-	return a.rt, nil, time.Now().Add(5 * time.Second), true
-}
-
-func (a *refusingAcceptor) Failed(error) {}
-
 // Connections that queued up on the listener before any loop looked are all accepted,
 // refused ones among them: a loop takes one connection per event, and the listener, being
 // level-triggered, is reported again while more wait. (An edge-triggered listener would
@@ -386,7 +375,7 @@ func TestListenerTakesBacklog(t *testing.T) {
 	}
 	wait := newTestRouter(func([]byte) Verdict { return Verdict{Action: Wait} })
 	wait.pair = make(chan *Pair, n)
-	a := &refusingAcceptor{rt: wait}
+	a := &countingAcceptor{rt: wait, refuseEven: true}
 	rl, err := r.Listen(fd, a)
 	if err != nil {
 		t.Fatal(err)

@@ -365,7 +365,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 		}
 	}
 	var cpu0Counts func() map[string]float64
-	if m.cpu0 && (m.test == "rr" || m.test == "pg" || m.test == "pgs") {
+	if m.cpu0 && cpu0Bound(m.test) {
 		var err error
 		if cpu0Counts, err = perfStat(cpu0Events, "-a", "-C", "0"); err != nil {
 			return nil, err
@@ -429,7 +429,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 		s["tps"] = tps
 		ops = tps * pgSeconds
 	}
-	if ops > 0 && (m.test == "rr" || m.test == "pg" || m.test == "pgs") {
+	if ops > 0 && cpu0Bound(m.test) {
 		// rr and pgbench: the rate is bound by CPU 0, where the clients and the backend
 		// run; what each operation costs there (busy time, the host's steal left out) is
 		// what a proxy does to it.
@@ -458,6 +458,11 @@ func (m *measurer) measure(t *target) (sample, error) {
 	}
 	return s, nil
 }
+
+// cpu0Bound reports whether test's rate is bound by CPU 0, where its clients and backend
+// run: rr and the pgbench tests, for which CPU 0's busy time (and with --cpu0 its context
+// switches and IPIs) per operation is reported.
+func cpu0Bound(test string) bool { return test == "rr" || test == "pg" || test == "pgs" }
 
 // diedOf reports whether err is a process's end by signal sig.
 func diedOf(err error, sig syscall.Signal) bool {
