@@ -27,8 +27,8 @@ type fileEntry struct {
 	byDoc map[string][]object
 }
 
-// read reads a file into the scratch buffer: the data is valid until the next read (put
-// stores a copy).
+// read reads a file into the scratch buffer: the data is valid until the next read, unless
+// put kept it.
 func (c *filesCache) read(name string) ([]byte, error) {
 	f, err := os.Open(name)
 	if err != nil {
@@ -71,7 +71,14 @@ func (c *filesCache) get(name string) (fileEntry, bool) {
 func (c *filesCache) put(name string, data []byte, objs []object) {
 	c.mu.Lock()
 	if len(data) > 0 && len(c.scratch) > 0 && &c.scratch[0] == &data[0] {
-		data = bytes.Clone(data) // the scratch buffer stays for the next read
+		// A buffer the file fills (read sized it for this file) is kept as it is and the
+		// next read makes a new one: a first load of a 4 MB file copies nothing more. A
+		// small file in a buffer a larger one grew is copied, so the cache keeps no slack.
+		if cap(data)-len(data) <= 512+len(data)/8 {
+			data, c.scratch = data[:len(data):len(data)], nil
+		} else {
+			data = bytes.Clone(data)
+		}
 	}
 	c.mu.Unlock()
 	docs := splitDocuments(data)

@@ -40,7 +40,10 @@
 // FuzzToJSON checks the contract against sigs.k8s.io/yaml.
 package blockyaml
 
-import "bytes"
+import (
+	"bytes"
+	"math"
+)
 
 // ToJSON converts one YAML document (without "---" separators); see the package doc.
 func ToJSON(doc []byte) ([]byte, bool) {
@@ -49,31 +52,36 @@ func ToJSON(doc []byte) ([]byte, bool) {
 			return nil, false
 		}
 	}
+	if len(doc) > math.MaxInt32 {
+		return nil, false // beyond line's offsets; sigs.k8s.io/yaml reads it
+	}
 	p := parser{
+		doc:   doc,
 		lines: make([]line, 0, bytes.Count(doc, []byte("\n"))+1),
 		out:   make([]byte, 0, len(doc)+len(doc)/4),
 	}
-	for len(doc) > 0 {
-		var text []byte
-		if i := bytes.IndexByte(doc, '\n'); i >= 0 {
-			text, doc = doc[:i], doc[i+1:]
-		} else {
-			text, doc = doc, nil
+	for start := 0; start < len(doc); {
+		end := len(doc)
+		next := end
+		if i := bytes.IndexByte(doc[start:], '\n'); i >= 0 {
+			end, next = start+i, start+i+1
 		}
-		indent := 0
-		for indent < len(text) && text[indent] == ' ' {
+		indent := start
+		for indent < end && doc[indent] == ' ' {
 			indent++
 		}
-		text = bytes.TrimRight(text[indent:], " ")
+		text := bytes.TrimRight(doc[indent:end], " ")
 		switch {
 		case len(text) == 0 || text[0] == '#':
+			start = next
 			continue // blank or comment
-		case indent == 0 && (text[0] == '%' || bytes.HasPrefix(text, []byte("..."))):
+		case indent == start && (text[0] == '%' || bytes.HasPrefix(text, []byte("..."))):
 			return nil, false // directive or document end
 		}
-		p.lines = append(p.lines, line{indent: indent, text: text})
+		p.lines = append(p.lines, line{indent: int32(indent - start), off: int32(indent), end: int32(indent + len(text))})
+		start = next
 	}
-	if len(p.lines) == 0 || isDash(p.lines[0].text) {
+	if len(p.lines) == 0 || isDash(p.text(p.lines[0])) {
 		return nil, false // empty, or not a mapping
 	}
 	if !p.mapping(p.lines[0].indent) || p.pos != len(p.lines) {
@@ -82,17 +90,22 @@ func ToJSON(doc []byte) ([]byte, bool) {
 	return p.out, true
 }
 
-// line is a line with content: its indentation and the rest, trailing spaces removed.
+// line is a line with content: its indentation and where the rest, trailing spaces
+// removed, lies in the document. Offsets rather than a slice keep it at 12 bytes: a
+// 100 000-route file has as many lines, and the first load's memory is fresh pages.
 type line struct {
-	indent int
-	text   []byte
+	indent, off, end int32
 }
 
 type parser struct {
+	doc   []byte
 	lines []line
 	pos   int
 	out   []byte
 }
+
+// text is l's content.
+func (p *parser) text(l line) []byte { return p.doc[l.off:l.end] }
 
 // isDash reports whether text starts a block sequence item.
 func isDash(text []byte) bool {
@@ -100,7 +113,7 @@ func isDash(text []byte) bool {
 }
 
 // mapping reads a block mapping whose keys sit at column n.
-func (p *parser) mapping(n int) bool {
+func (p *parser) mapping(n int32) bool {
 	p.out = append(p.out, '{')
 	var buf [16][]byte // most mappings have few keys: no allocation
 	keys := buf[:0]
@@ -109,10 +122,10 @@ func (p *parser) mapping(n int) bool {
 		if l.indent < n {
 			break
 		}
-		if l.indent > n || isDash(l.text) {
+		if l.indent > n || isDash(p.text(l)) {
 			return false
 		}
-		key, rest, ok := splitKey(l.text)
+		key, rest, ok := splitKey(p.text(l))
 		if !ok {
 			return false
 		}
@@ -140,7 +153,7 @@ func (p *parser) mapping(n int) bool {
 			if !p.block(p.lines[p.pos].indent) {
 				return false
 			}
-		case p.pos < len(p.lines) && p.lines[p.pos].indent == n && isDash(p.lines[p.pos].text):
+		case p.pos < len(p.lines) && p.lines[p.pos].indent == n && isDash(p.text(p.lines[p.pos])):
 			if !p.sequence(n) {
 				return false
 			}
@@ -153,11 +166,11 @@ func (p *parser) mapping(n int) bool {
 }
 
 // sequence reads a block sequence whose dashes sit at column m.
-func (p *parser) sequence(m int) bool {
+func (p *parser) sequence(m int32) bool {
 	p.out = append(p.out, '[')
 	for first := true; p.pos < len(p.lines); first = false {
 		l := p.lines[p.pos]
-		if l.indent < m || (l.indent == m && !isDash(l.text)) {
+		if l.indent < m || (l.indent == m && !isDash(p.text(l))) {
 			break
 		}
 		if l.indent > m {
@@ -166,8 +179,9 @@ func (p *parser) sequence(m int) bool {
 		if !first {
 			p.out = append(p.out, ',')
 		}
-		rest := bytes.TrimLeft(l.text[1:], " ")
-		col := m + len(l.text) - len(rest)
+		text := p.text(l)
+		rest := bytes.TrimLeft(text[1:], " ")
+		col := m + int32(len(text)-len(rest))
 		if len(rest) == 0 || rest[0] == '#' {
 			// "-" alone: the item is the nested block, or null.
 			p.pos++
@@ -183,7 +197,7 @@ func (p *parser) sequence(m int) bool {
 		if _, _, ok := splitKey(rest); ok || isDash(rest) {
 			// "- key: value" or "- - item": the rest of the line is the first line of a
 			// block at its own column.
-			p.lines[p.pos] = line{indent: col, text: rest}
+			p.lines[p.pos] = line{indent: col, off: l.end - int32(len(rest)), end: l.end}
 			if !p.block(col) {
 				return false
 			}
@@ -199,8 +213,8 @@ func (p *parser) sequence(m int) bool {
 }
 
 // block reads the mapping or sequence starting at the current line, at column n.
-func (p *parser) block(n int) bool {
-	if isDash(p.lines[p.pos].text) {
+func (p *parser) block(n int32) bool {
+	if isDash(p.text(p.lines[p.pos])) {
 		return p.sequence(n)
 	}
 	return p.mapping(n)
@@ -208,7 +222,7 @@ func (p *parser) block(n int) bool {
 
 // nothingDeeper reports whether the next line does not continue a scalar value on a line of
 // column n: a more indented line would make it a multi-line scalar (or an error).
-func (p *parser) nothingDeeper(n int) bool {
+func (p *parser) nothingDeeper(n int32) bool {
 	return p.pos == len(p.lines) || p.lines[p.pos].indent <= n
 }
 
