@@ -192,3 +192,60 @@ func TestLoadersAreIndependent(t *testing.T) {
 		t.Error("the package-level Load reused objects: it must not share a cache")
 	}
 }
+
+// The cache keeps the buffer a file was read into only when the file fills it: a small
+// file read into the buffer a large one grew is copied, so the cache holds no slack, and
+// the buffer stays for the next read.
+func TestFileCacheBuffers(t *testing.T) {
+	dir := t.TempDir()
+	svc := func(name string, pad int) string {
+		return "apiVersion: v1\nkind: Service\nmetadata:\n  name: " + name + "\n" +
+			strings.Repeat("# padding\n", pad) + "spec:\n  ports:\n  - port: 1\n"
+	}
+	write := func(f, content string) {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ld Loader
+	data := func(f string) []byte {
+		ld.cache.mu.Lock()
+		defer ld.cache.mu.Unlock()
+		return ld.cache.m[filepath.Join(dir, f)].data
+	}
+	write("a.yaml", svc("a", 10_000)) // about 100 KB
+	write("b.yaml", svc("b", 0))
+	if _, err := ld.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	a := data("a.yaml")
+	// Each file filled the buffer read made for it: both are cached as read, uncopied, and
+	// the next read makes a new buffer.
+	ld.cache.mu.Lock()
+	if ld.cache.scratch != nil {
+		t.Errorf("after the first load the read buffer (%d bytes) stayed: a file was copied", cap(ld.cache.scratch))
+	}
+	ld.cache.mu.Unlock()
+	// Unchanged a is read into a new scratch buffer; changed b is read into that buffer,
+	// grown by a, and must be copied out of it.
+	write("b.yaml", svc("b2", 0))
+	if _, err := ld.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	// b was copied out of the buffer a grew, which stays for the next read.
+	ld.cache.mu.Lock()
+	scratch := ld.cache.scratch
+	ld.cache.mu.Unlock()
+	if cap(scratch) < len(a) {
+		t.Errorf("the read buffer a.yaml grew was not kept for the next read (capacity %d)", cap(scratch))
+	}
+	if b := data("b.yaml"); len(scratch) > 0 && &b[0] == &scratch[0] {
+		t.Errorf("b.yaml (%d bytes) is cached in the read buffer a.yaml grew (%d bytes)", len(b), cap(scratch))
+	}
+	if &data("a.yaml")[0] != &a[0] {
+		t.Error("the unchanged file's cached content was replaced")
+	}
+	if string(data("a.yaml")) != svc("a", 10_000) || string(data("b.yaml")) != svc("b2", 0) {
+		t.Error("cached content differs from the files")
+	}
+}
