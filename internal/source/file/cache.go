@@ -14,9 +14,9 @@ import (
 type filesCache struct {
 	mu sync.Mutex
 	m  map[string]fileEntry // nil until the first put
-	// scratch is the buffer files are read into: an unchanged 6 MB file is compared with
-	// the cache without allocating 6 MB on every reload.
-	scratch []byte
+	// chunk is the buffer an unchanged file is compared through: a reload reads a 6 MB
+	// file that did not change without allocating or touching 6 MB of memory.
+	chunk []byte
 }
 
 type fileEntry struct {
@@ -27,8 +27,13 @@ type fileEntry struct {
 	byDoc map[string][]object
 }
 
-// read reads a file into the scratch buffer: the data is valid until the next read, unless
-// put kept it.
+// chunkSize is the size of the comparison buffer.
+const chunkSize = 64 << 10
+
+// read reads a file. When its content is what the cache holds for it, it returns the
+// cached slice itself, having compared the file through a small buffer; otherwise a new
+// buffer sized for the file, which put may keep as it is. Either way nothing else writes
+// to the result.
 func (c *filesCache) read(name string) ([]byte, error) {
 	f, err := os.Open(name)
 	if err != nil {
@@ -36,11 +41,52 @@ func (c *filesCache) read(name string) ([]byte, error) {
 	}
 	defer f.Close()
 	c.mu.Lock()
-	buf := c.scratch[:0]
+	prev := c.m[name].data
+	chunk := c.chunk
+	c.chunk = nil // in use: a concurrent read makes its own
 	c.mu.Unlock()
-	if st, err := f.Stat(); err == nil && int64(cap(buf)) <= st.Size() {
-		buf = make([]byte, 0, st.Size()+512) // the size may change while reading: one more byte tells EOF
+	size := int64(len(prev))
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
 	}
+	same := 0 // prev[:same] is what the file held so far
+	if prev != nil {
+		if chunk == nil {
+			chunk = make([]byte, chunkSize)
+		}
+		defer func() {
+			c.mu.Lock()
+			c.chunk = chunk
+			c.mu.Unlock()
+		}()
+		for {
+			n, err := io.ReadFull(f, chunk)
+			if n > 0 && (same+n > len(prev) || !bytes.Equal(chunk[:n], prev[same:same+n])) {
+				// It changed: what was read so far goes into a buffer of its own.
+				buf := make([]byte, 0, max(size, int64(same+n))+512)
+				buf = append(append(buf, prev[:same]...), chunk[:n]...)
+				if err != nil { // short read: the end of the file
+					return buf, nil
+				}
+				return readRest(f, buf)
+			}
+			same += n
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				if same == len(prev) {
+					return prev, nil
+				}
+				return bytes.Clone(prev[:same]), nil // the file shrank to a prefix of itself
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	return readRest(f, make([]byte, 0, size+512)) // the size may change while reading: one more byte tells EOF
+}
+
+// readRest appends the rest of f to buf.
+func readRest(f *os.File, buf []byte) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -48,16 +94,12 @@ func (c *filesCache) read(name string) ([]byte, error) {
 		n, err := f.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
-			break
+			return buf, nil
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
-	c.mu.Lock()
-	c.scratch = buf
-	c.mu.Unlock()
-	return buf, nil
 }
 
 // get returns what the last error-free read of a file left.
@@ -69,18 +111,6 @@ func (c *filesCache) get(name string) (fileEntry, bool) {
 }
 
 func (c *filesCache) put(name string, data []byte, objs []object) {
-	c.mu.Lock()
-	if len(data) > 0 && len(c.scratch) > 0 && &c.scratch[0] == &data[0] {
-		// A buffer the file fills (read sized it for this file) is kept as it is and the
-		// next read makes a new one: a first load of a 4 MB file copies nothing more. A
-		// small file in a buffer a larger one grew is copied, so the cache keeps no slack.
-		if cap(data)-len(data) <= 512+len(data)/8 {
-			data, c.scratch = data[:len(data):len(data)], nil
-		} else {
-			data = bytes.Clone(data)
-		}
-	}
-	c.mu.Unlock()
 	docs := splitDocuments(data)
 	byDoc := make(map[string][]object, len(docs))
 	for _, o := range objs {
