@@ -110,6 +110,8 @@ func (c *filesCache) get(name string) (fileEntry, bool) {
 	return e, ok
 }
 
+// put records the objects of a file read without errors. data is what read returned, a
+// buffer nothing else writes to: the cache keeps it as it is.
 func (c *filesCache) put(name string, data []byte, objs []object) {
 	docs := splitDocuments(data)
 	byDoc := make(map[string][]object, len(docs))
