@@ -58,9 +58,8 @@ spec:
 
 	g := startSnigate(t, "", "controller", "--kubeconfig", kubeconfig, "--gateway", "apps/edge",
 		"--leader-elect=false", "--bind", "127.0.0.1")
-	const applied = `snigate_config_loads_total{result="applied"}`
 	first := g.waitGauges(t, "the first translation", func(m map[string]float64) bool {
-		return m["snigate_config_generation"] >= 1 && m["snigate_route_hostnames"] == 1 && m[applied] >= 1
+		return m["snigate_config_generation"] >= 1 && m["snigate_route_hostnames"] == 1 && m[loadsApplied] >= 1
 	})
 
 	apply(t, cl, `
@@ -77,12 +76,15 @@ spec:
 	// would see them settle.
 	after := g.waitGauges(t, "the route change", func(m map[string]float64) bool {
 		return m["snigate_config_generation"] > first["snigate_config_generation"] &&
-			m["snigate_route_hostnames"] == 2 && m[applied] > first[applied]
+			m["snigate_route_hostnames"] == 2 && m[loadsApplied] > first[loadsApplied]
 	})
 	if gen := g.generation(t); float64(gen) != after["snigate_config_generation"] {
 		t.Errorf("/status generation %d, /metrics snigate_config_generation %v", gen, after["snigate_config_generation"])
 	}
 }
+
+// loadsApplied is the series of configuration loads applied.
+const loadsApplied = `snigate_config_loads_total{result="applied"}`
 
 // waitGauges polls /metrics until ok holds for its samples (by series, as written:
 // `name` or `name{labels}`) and returns them.
@@ -100,7 +102,7 @@ func (g *gateway) waitGauges(t *testing.T, what string, ok func(map[string]float
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: /metrics never showed it; last: generation %v, route hostnames %v, loads applied %v\n%s", what,
 				last["snigate_config_generation"], last["snigate_route_hostnames"],
-				last[`snigate_config_loads_total{result="applied"}`], g.logText())
+				last[loadsApplied], g.logText())
 		}
 		time.Sleep(pollEvery)
 	}

@@ -198,6 +198,8 @@ func (l *loader) file(name string, data []byte) {
 	var prev fileEntry
 	if l.cache != nil {
 		var ok bool
+		// read returns the cached slice itself for unchanged content: Equal stops at the
+		// pointers.
 		if prev, ok = l.cache.get(name); ok && bytes.Equal(prev.data, data) {
 			for i := range prev.objs {
 				l.add(&prev.objs[i])
