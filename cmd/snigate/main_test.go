@@ -1,8 +1,17 @@
 package main
 
 import (
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/snigate/snigate/internal/testutil"
 )
 
 func TestGCLimits(t *testing.T) {
@@ -25,6 +34,86 @@ func TestGCLimits(t *testing.T) {
 			t.Errorf("gcHeadroom(%q) = %d, want %d", c.memMax, got, c.headroom)
 		}
 	}
+}
+
+func TestFirstLoadPrefault(t *testing.T) {
+	const limit = 512 << 20
+	for _, c := range []struct {
+		configBytes, heapLimit, want int64
+	}{
+		{4 << 20, limit, 64 << 20},    // 16 bytes of heap per byte of files
+		{100 << 20, limit, 256 << 20}, // half the first load's heap limit at most
+		{4 << 20, 64 << 20, 32 << 20}, // a small container's limit
+		{512 << 10, limit, 8 << 20},   // the smallest prefaulted
+		{512<<10 - 1, limit, 0},       // below it, the faults cost less than the collection
+		{0, limit, 0},                 // no files read
+	} {
+		if got := firstLoadPrefault(c.configBytes, c.heapLimit); got != c.want {
+			t.Errorf("firstLoadPrefault(%d, %d) = %d, want %d", c.configBytes, c.heapLimit, got, c.want)
+		}
+	}
+}
+
+// relaxGCChild names the child mode of TestRelaxGC, run in a fresh process of the test
+// binary: the collector's settings and the heap's free pages are per process.
+const relaxGCChild = "SNIGATE_RELAXGC_CHILD"
+
+// relaxGC turns the collector off, backs the heap the load will allocate (a first load then
+// writes it without a page fault per page), and restores the collector after.
+func TestRelaxGC(t *testing.T) {
+	const configBytes, work = 2 << 20, 16 << 20 // files of 2 MiB: 32 MiB prefaulted
+	if v := os.Getenv(relaxGCChild); v != "" {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		relaxGCAndWrite(n, work)
+		return
+	}
+	faults := func(configBytes int) int {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRelaxGC$")
+		cmd.Env = append(testutil.CleanEnv(), relaxGCChild+"="+strconv.Itoa(configBytes))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		f := strings.Fields(string(out))
+		if len(f) != 3 || f[0] != "-1" || f[2] != "100" {
+			t.Fatalf("child printed %q, want the collector's percent in the load (-1), page faults, and after it (100)", out)
+		}
+		n, _ := strconv.Atoi(f[1])
+		return n
+	}
+	pages := work / os.Getpagesize()
+	// A first byte: below firstLoadPrefault's floor, nothing is prefaulted.
+	plain, pre := faults(1), faults(configBytes)
+	t.Logf("page faults while writing %d pages: %d for a tiny load, %d for files of %d bytes", pages, plain, pre, configBytes)
+	// As in package prefault's test, a difference: under the race detector the counts also
+	// hold the faults of its shadow memory.
+	if saved := plain - pre; saved < pages*3/4 {
+		t.Errorf("relaxGC saved %d page faults of %d pages written, want at least three in four", saved, pages)
+	}
+}
+
+// relaxGCAndWrite runs relaxGC for files of configBytes, writes work bytes of new heap in
+// 8 KiB slices, restores, and prints the collector's percent during the load, the minor page
+// faults of the writes, and the percent after.
+func relaxGCAndWrite(configBytes int64, work int) {
+	restore := relaxGC(configBytes)
+	during := debug.SetGCPercent(-1)
+	var before, after unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &before)
+	const size = 8 << 10
+	keep := make([][]byte, 0, work/size)
+	for range work / size {
+		b := make([]byte, size)
+		for i := 0; i < size; i += 4096 {
+			b[i] = 1
+		}
+		keep = append(keep, b)
+	}
+	unix.Getrusage(unix.RUSAGE_SELF, &after)
+	runtime.KeepAlive(keep)
+	restore()
+	println(during, after.Minflt-before.Minflt, debug.SetGCPercent(100))
+	os.Exit(0)
 }
 
 // Flags that cannot work together are refused before anything connects to an API server.

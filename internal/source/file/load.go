@@ -116,6 +116,21 @@ func Decode(name string, data []byte) (*resources.Resources, error) {
 	return l.res, nil
 }
 
+// Size is the number of bytes Load would read from paths now: the sizes of the files it
+// would read. A path or file it cannot read counts nothing; Load reports those.
+func Size(paths ...string) int64 {
+	var n int64
+	for _, p := range paths {
+		files, _ := expand(p)
+		for _, f := range files {
+			if st, err := os.Stat(f); err == nil {
+				n += st.Size()
+			}
+		}
+	}
+	return n
+}
+
 // expand turns a path into the list of files to read.
 func expand(p string) ([]string, error) {
 	st, err := os.Stat(p)

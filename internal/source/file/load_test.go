@@ -228,6 +228,15 @@ func TestLoadFolder(t *testing.T) {
 	if len(res.Gateways) != 1 || len(res.Services) != 1 || len(res.Namespaces) != 1 {
 		t.Fatalf("decoded %+v", res)
 	}
+	// Size counts the files Load read, and only those.
+	readBytes := len(gateway) + len("apiVersion: v1\nkind: Service\nmetadata: {name: a}\n") +
+		len(`{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}`)
+	if got := Size(dir); got != int64(readBytes) {
+		t.Errorf("Size(folder) = %d, want %d", got, readBytes)
+	}
+	if got := Size(filepath.Join(dir, "notes.txt"), dir, filepath.Join(dir, "missing.yaml")); got != int64(readBytes+len("garbage: [")) {
+		t.Errorf("Size(file, folder, missing) = %d, want %d", got, readBytes+len("garbage: ["))
+	}
 	if got := res.Origins[resources.OriginKey("Service", "default", "a")]; got != filepath.Join(dir, "a.yml")+"#1" {
 		t.Errorf("origin %q", got)
 	}
