@@ -246,16 +246,16 @@ func relaxGC(configBytes int64) (restore func()) {
 }
 
 // firstLoadBytesPerConfigByte is how much heap a first load allocates per byte of its
-// files, measured on the shapes a large configuration has: 12.5 for 6 313 TLSRoutes of 16
-// hostnames each (bench/run.sh's route-scale folder, 4 MB), 16 for 20 000 TLSRoutes of one
-// hostname and two labels each (7.4 MB). Too low leaves the rest to page faults; too high
-// backs memory for nothing, returned to the OS after the load.
-const firstLoadBytesPerConfigByte = 16
+// files, measured on the shapes a large configuration has: 10.5 for 6 313 TLSRoutes of 16
+// hostnames each (bench/run.sh's route-scale folder, 4 MB), 13.1 for 20 000 TLSRoutes of
+// one hostname and two labels each (7.4 MB). Too low leaves the rest to page faults; too
+// high backs memory for nothing, returned to the OS after the load.
+const firstLoadBytesPerConfigByte = 14
 
 // firstLoadPrefault is how much heap relaxGC prefaults for files of configBytes under a
 // first-load heap limit of heapLimit: the expected allocation of the load, up to half the
-// limit. Below 8 MiB it is 0: the faults of a small load cost less than the collection
-// prefaulting makes.
+// limit. Below 8 MiB it is 0: a small configuration loads in milliseconds either way, and
+// is spared the collection prefaulting makes.
 func firstLoadPrefault(configBytes, heapLimit int64) int64 {
 	n := min(configBytes*firstLoadBytesPerConfigByte, heapLimit/2)
 	if n < 8<<20 {

@@ -41,12 +41,12 @@ func TestFirstLoadPrefault(t *testing.T) {
 	for _, c := range []struct {
 		configBytes, heapLimit, want int64
 	}{
-		{4 << 20, limit, 64 << 20},    // 16 bytes of heap per byte of files
+		{4 << 20, limit, 56 << 20},    // 14 bytes of heap per byte of files
 		{100 << 20, limit, 256 << 20}, // half the first load's heap limit at most
 		{4 << 20, 64 << 20, 32 << 20}, // a small container's limit
-		{512 << 10, limit, 8 << 20},   // the smallest prefaulted
-		{512<<10 - 1, limit, 0},       // below it, the faults cost less than the collection
-		{0, limit, 0},                 // no files read
+		{1 << 20, limit, 14 << 20},
+		{512 << 10, limit, 0}, // 7 MiB: below 8 MiB, nothing
+		{0, limit, 0},         // no files read
 	} {
 		if got := firstLoadPrefault(c.configBytes, c.heapLimit); got != c.want {
 			t.Errorf("firstLoadPrefault(%d, %d) = %d, want %d", c.configBytes, c.heapLimit, got, c.want)
@@ -61,7 +61,7 @@ const relaxGCChild = "SNIGATE_RELAXGC_CHILD"
 // relaxGC turns the collector off, backs the heap the load will allocate (a first load then
 // writes it without a page fault per page), and restores the collector after.
 func TestRelaxGC(t *testing.T) {
-	const configBytes, work = 2 << 20, 16 << 20 // files of 2 MiB: 32 MiB prefaulted
+	const configBytes, work = 2 << 20, 16 << 20 // files of 2 MiB: 28 MiB prefaulted
 	if v := os.Getenv(relaxGCChild); v != "" {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		relaxGCAndWrite(n, work)

@@ -201,7 +201,9 @@ func (l *listener) attachedTo(r *route) bool {
 // that ListenerSet's, and reports the result; mr, when not nil, records the attachments for
 // the memo.
 func (t *translator) attach(r *route, gw *gateway, set *listenerSet, ref gwv1.ParentReference, mr *memoRoute) gwv1.RouteParentStatus {
-	conds := conditions{gen: r.meta.Generation, now: t.now}
+	// Room for the two conditions of a route's parent: Accepted here, ResolvedRefs in
+	// parentStatus.
+	conds := conditions{gen: r.meta.Generation, now: t.now, list: make([]metav1.Condition, 0, 2)}
 	accept := func(ok bool, reason gwv1.RouteConditionReason, msg string) {
 		conds.set(string(gwv1.RouteConditionAccepted), ok, string(reason), msg)
 	}

@@ -157,9 +157,21 @@ func (t *translator) status() *Status {
 			}
 		}
 	}
-	var tls []TLSRouteStatus
-	var tcp []TCPRouteStatus
-	var http []HTTPRouteStatus
+	// Sized at once: with 100 000 routes, growing these lists copied them a dozen times.
+	var nTLS, nTCP, nHTTP int
+	for _, r := range routes {
+		if len(r.parents) > 0 {
+			switch r.kind {
+			case kindTLSRoute:
+				nTLS++
+			case kindTCPRoute:
+				nTCP++
+			case kindHTTPRoute:
+				nHTTP++
+			}
+		}
+	}
+	tls, tcp, http := sized[TLSRouteStatus](nTLS), sized[TCPRouteStatus](nTCP), sized[HTTPRouteStatus](nHTTP)
 	for _, r := range routes {
 		if len(r.parents) == 0 {
 			continue
@@ -332,4 +344,13 @@ func (t *translator) listenerStatus(l *listener) gwv1.ListenerStatus {
 		AttachedRoutes: int32(len(l.attached)),
 		Conditions:     conds.list,
 	}
+}
+
+// sized is an empty list with room for n elements, nil when n is 0 (as a list never
+// appended to is).
+func sized[T any](n int) []T {
+	if n == 0 {
+		return nil
+	}
+	return make([]T, 0, n)
 }

@@ -110,16 +110,21 @@ func (c *filesCache) get(name string) (fileEntry, bool) {
 	return e, ok
 }
 
-// put records the objects of a file read without errors. data is what read returned, a
-// buffer nothing else writes to: the cache keeps it as it is.
-func (c *filesCache) put(name string, data []byte, objs []object) {
-	docs := splitDocuments(data)
+// put records the objects of a file read without errors: objs, in the order of docs, the
+// file's documents. data is what read returned, a buffer nothing else writes to: the cache
+// keeps it as it is.
+func (c *filesCache) put(name string, data []byte, docs []document, objs []object) {
 	byDoc := make(map[string][]object, len(docs))
-	for _, o := range objs {
-		if d := docs[o.w.doc-1].data; len(d) > 0 {
-			k := unsafe.String(unsafe.SliceData(d), len(d))
-			byDoc[k] = append(byDoc[k], o)
+	// The objects of one document are a run of objs: each document's list is that run.
+	for i := 0; i < len(objs); {
+		j := i + 1
+		for j < len(objs) && objs[j].w.doc == objs[i].w.doc {
+			j++
 		}
+		if d := docs[objs[i].w.doc-1].data; len(d) > 0 {
+			byDoc[unsafe.String(unsafe.SliceData(d), len(d))] = objs[i:j:j]
+		}
+		i = j
 	}
 	c.mu.Lock()
 	if c.m == nil {

@@ -114,8 +114,12 @@ func TestFileCacheByDocument(t *testing.T) {
 		}
 		return m
 	}
+	// A List: one document, two objects.
+	list := "apiVersion: v1\nkind: List\nitems:\n" +
+		"- apiVersion: v1\n  kind: Service\n  metadata:\n    name: l1\n  spec:\n    ports:\n    - port: 1\n" +
+		"- apiVersion: v1\n  kind: Service\n  metadata:\n    name: l2\n  spec:\n    ports:\n    - port: 1\n"
 	var ld Loader
-	write(svc("a"), svc("b"), svc("c"))
+	write(svc("a"), svc("b"), list, svc("c"))
 	first, err := ld.Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -123,19 +127,19 @@ func TestFileCacheByDocument(t *testing.T) {
 	before := byName(first)
 
 	// A new first document shifts the others; b is edited.
-	write(svc("z"), svc("a"), svc("b2"), svc("c"))
+	write(svc("z"), svc("a"), svc("b2"), list, svc("c"))
 	res, err := ld.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	after := byName(res)
-	if after["a"] != before["a"] || after["c"] != before["c"] {
-		t.Error("an unchanged document was decoded again")
+	if len(before) != 5 || after["a"] != before["a"] || after["c"] != before["c"] || after["l1"] != before["l1"] || after["l2"] != before["l2"] {
+		t.Errorf("an unchanged document was decoded again, or lost an object: %v, then %v", before, after)
 	}
-	if after["b2"] == nil || after["z"] == nil || after["b"] != nil {
+	if after["b2"] == nil || after["z"] == nil || after["b"] != nil || len(after) != 6 {
 		t.Fatalf("services after the edit: %v", after)
 	}
-	for name, doc := range map[string]string{"z": "#1", "a": "#2", "b2": "#3", "c": "#4"} {
+	for name, doc := range map[string]string{"z": "#1", "a": "#2", "b2": "#3", "l1": "#4/items[0]", "l2": "#4/items[1]", "c": "#5"} {
 		if got := res.Origins["Service/default/"+name]; got != f+doc {
 			t.Errorf("origin of %s: %q, want %q", name, got, f+doc)
 		}

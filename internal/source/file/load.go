@@ -223,8 +223,10 @@ func (l *loader) file(name string, data []byte) {
 		}
 	}
 	errs := len(l.errs)
-	l.objs = nil
 	docs := splitDocuments(data)
+	// Most documents hold one object: sized at once, the list is not copied as it grows
+	// (the cache keeps it).
+	l.objs = make([]object, 0, len(docs))
 	// Documents unchanged since this file was last read keep their objects: editing one
 	// route in a file of 100 000 hostnames decodes that route's document only, and the
 	// objects translate sees again are the same pointers (which its memo keys on).
@@ -262,7 +264,7 @@ func (l *loader) file(name string, data []byte) {
 	}
 	// Only a file without errors is cached, so a file with errors reports them again.
 	if l.cache != nil && len(l.errs) == errs {
-		l.cache.put(name, data, l.objs)
+		l.cache.put(name, data, docs, l.objs)
 	}
 	l.objs = nil
 }
