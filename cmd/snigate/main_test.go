@@ -3,13 +3,10 @@ package main
 import (
 	"os"
 	"os/exec"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/snigate/snigate/internal/testutil"
 )
@@ -92,27 +89,15 @@ func TestRelaxGC(t *testing.T) {
 	}
 }
 
-// relaxGCAndWrite runs relaxGC for files of configBytes, writes work bytes of new heap in
-// 8 KiB slices, restores, and prints the collector's percent during the load, the minor page
-// faults of the writes, and the percent after.
+// relaxGCAndWrite runs relaxGC for files of configBytes, writes work bytes of new heap,
+// restores, and prints the collector's percent during the load, the minor page faults of
+// the writes, and the percent after.
 func relaxGCAndWrite(configBytes int64, work int) {
 	restore := relaxGC(configBytes)
 	during := debug.SetGCPercent(-1)
-	var before, after unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &before)
-	const size = 8 << 10
-	keep := make([][]byte, 0, work/size)
-	for range work / size {
-		b := make([]byte, size)
-		for i := 0; i < size; i += 4096 {
-			b[i] = 1
-		}
-		keep = append(keep, b)
-	}
-	unix.Getrusage(unix.RUSAGE_SELF, &after)
-	runtime.KeepAlive(keep)
+	faults := testutil.HeapWriteFaults(work)
 	restore()
-	println(during, after.Minflt-before.Minflt, debug.SetGCPercent(100))
+	println(during, faults, debug.SetGCPercent(100))
 	os.Exit(0)
 }
 

@@ -8,7 +8,7 @@
 //	debug.FreeOSMemory()        // what it did not use goes back to the OS
 //
 // A process that builds a large structure from nothing (snigate's first load of 100 000
-// routes allocates about 50 MB) writes every page of that heap for the first time, and each
+// routes allocates about 45 MB) writes every page of that heap for the first time, and each
 // first write is a page fault: an exception, a page allocated and zeroed. Where an exception
 // is costly, as on virtual machines whose guest kernel runs paravirtualised, the exceptions
 // alone were a fifth of the start's CPU time. madvise(MADV_POPULATE_WRITE), since Linux 5.14,

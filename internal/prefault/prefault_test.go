@@ -4,13 +4,10 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/snigate/snigate/internal/testutil"
 )
@@ -58,9 +55,9 @@ func TestHeap(t *testing.T) {
 	}
 }
 
-// child counts the minor page faults of allocating and writing work bytes in 8 KiB slices,
-// with the collector off as Heap's callers run it, after Heap(2*work) when mode is
-// "prefault". It prints the count, or "madvise: " and the error.
+// child prints the minor page faults of writing work bytes of new heap, with the collector
+// off as Heap's callers run it, after Heap(2*work) when mode is "prefault"; or "madvise: "
+// and the error.
 func child(mode string, work int) {
 	debug.SetGCPercent(-1)
 	if mode == "prefault" {
@@ -69,19 +66,6 @@ func child(mode string, work int) {
 			os.Exit(0)
 		}
 	}
-	var before, after unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &before)
-	const size = 8 << 10
-	keep := make([][]byte, 0, work/size)
-	for range work / size {
-		b := make([]byte, size)
-		for i := 0; i < size; i += 4096 {
-			b[i] = 1 // fresh spans are not zeroed by the allocator: write every page
-		}
-		keep = append(keep, b)
-	}
-	unix.Getrusage(unix.RUSAGE_SELF, &after)
-	runtime.KeepAlive(keep)
-	println(after.Minflt - before.Minflt)
+	println(testutil.HeapWriteFaults(work))
 	os.Exit(0)
 }

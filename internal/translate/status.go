@@ -157,7 +157,8 @@ func (t *translator) status() *Status {
 			}
 		}
 	}
-	// Sized at once: with 100 000 routes, growing these lists copied them a dozen times.
+	// Sized at once: with tens of thousands of routes, growing these lists copied them many
+	// times over.
 	var nTLS, nTCP, nHTTP int
 	for _, r := range routes {
 		if len(r.parents) > 0 {
