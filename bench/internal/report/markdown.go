@@ -228,7 +228,8 @@ func (r *Results) Markdown(chart, notes string) string {
 	}
 
 	w("## How it is measured\n\n")
-	w(`- One command: ` + "`bench/run.sh`" + ` builds snigate and the harness (bench/cmd/loadgen, bench/cmd/backend,
+	w(`- One command: ` + "`bench/run.sh`" + ` builds snigate as its image does (static: CGO_ENABLED=0,
+  -trimpath -ldflags "-s -w") and the harness (bench/cmd/loadgen, bench/cmd/backend,
   bench/cmd/runner), installs the peers from Debian packages if missing, and runs the runner, which
   generates equivalent configurations for every proxy from one route list (bench/internal/peers).
 - Pinning: the load generator, the backends, PostgreSQL and pgbench run on CPU 0, the proxy under test
