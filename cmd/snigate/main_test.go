@@ -79,7 +79,7 @@ func TestRelaxGC(t *testing.T) {
 		return n
 	}
 	pages := work / os.Getpagesize()
-	// A first byte: below firstLoadPrefault's floor, nothing is prefaulted.
+	// One byte of files is below firstLoadPrefault's floor: nothing is prefaulted.
 	plain, pre := faults(1), faults(configBytes)
 	t.Logf("page faults while writing %d pages: %d for a tiny load, %d for files of %d bytes", pages, plain, pre, configBytes)
 	// As in package prefault's test, a difference: under the race detector the counts also
