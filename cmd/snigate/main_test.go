@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -65,13 +64,8 @@ func TestRelaxGC(t *testing.T) {
 		return
 	}
 	faults := func(configBytes int) int {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestRelaxGC$")
-		cmd.Env = append(testutil.CleanEnv(), relaxGCChild+"="+strconv.Itoa(configBytes))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		f := strings.Fields(string(out))
+		out := testutil.RunTestInChild(t, "TestRelaxGC", relaxGCChild+"="+strconv.Itoa(configBytes))
+		f := strings.Fields(out)
 		if len(f) != 3 || f[0] != "-1" || f[2] != "100" {
 			t.Fatalf("child printed %q, want the collector's percent in the load (-1), page faults, and after it (100)", out)
 		}

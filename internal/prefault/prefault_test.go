@@ -3,7 +3,6 @@ package prefault
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -25,13 +24,7 @@ func TestHeap(t *testing.T) {
 		return
 	}
 	faults := func(mode string) int {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHeap$")
-		cmd.Env = append(testutil.CleanEnv(), faultsEnv+"="+mode)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child %s: %v\n%s", mode, err, out)
-		}
-		s := string(out)
+		s := testutil.RunTestInChild(t, "TestHeap", faultsEnv+"="+mode)
 		if e, ok := strings.CutPrefix(s, "madvise: "); ok {
 			testutil.Require(t, "Linux 5.14 or later (madvise MADV_POPULATE_WRITE)", errors.New(strings.TrimSpace(e)))
 		}

@@ -2,7 +2,9 @@ package testutil
 
 import (
 	"os"
+	"os/exec"
 	"runtime"
+	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,4 +30,20 @@ func HeapWriteFaults(work int) int64 {
 	unix.Getrusage(unix.RUSAGE_SELF, &after)
 	runtime.KeepAlive(keep)
 	return after.Minflt - before.Minflt
+}
+
+// RunTestInChild runs test (a test function's name) of the current test binary again in a
+// fresh process, with env (KEY=value) added to CleanEnv's environment, and returns what it
+// printed. A test measuring what is per process (page faults, the collector's settings)
+// runs its measurement there, selected by a variable of env, so that no earlier test's heap
+// counts. A child that fails fails t.
+func RunTestInChild(t testing.TB, test string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(CleanEnv(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s in a child process: %v\n%s", test, err, out)
+	}
+	return string(out)
 }
