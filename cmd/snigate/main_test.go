@@ -37,11 +37,11 @@ func TestFirstLoadPrefault(t *testing.T) {
 	for _, c := range []struct {
 		configBytes, heapLimit, want int64
 	}{
-		{4 << 20, limit, 56 << 20},    // 14 bytes of heap per byte of files
+		{4 << 20, limit, 48 << 20},    // 12 bytes of heap per byte of files
 		{100 << 20, limit, 256 << 20}, // half the first load's heap limit at most
 		{4 << 20, 64 << 20, 32 << 20}, // a small container's limit
-		{1 << 20, limit, 14 << 20},
-		{512 << 10, limit, 0}, // 7 MiB: below 8 MiB, nothing
+		{1 << 20, limit, 12 << 20},
+		{512 << 10, limit, 0}, // 6 MiB: below 8 MiB, nothing
 		{0, limit, 0},         // no files read
 	} {
 		if got := firstLoadPrefault(c.configBytes, c.heapLimit); got != c.want {
@@ -57,7 +57,7 @@ const relaxGCChild = "SNIGATE_RELAXGC_CHILD"
 // relaxGC turns the collector off, backs the heap the load will allocate (a first load then
 // writes it without a page fault per page), and restores the collector after.
 func TestRelaxGC(t *testing.T) {
-	const configBytes, work = 2 << 20, 16 << 20 // files of 2 MiB: 28 MiB prefaulted
+	const configBytes, work = 2 << 20, 16 << 20 // files of 2 MiB: 24 MiB prefaulted
 	if v := os.Getenv(relaxGCChild); v != "" {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		relaxGCAndWrite(n, work)

@@ -35,9 +35,9 @@ func convertAll(docs []document) []converted {
 	out := make([]converted, len(docs))
 	workers := min(runtime.GOMAXPROCS(0), len(docs)/64+1)
 	if workers <= 1 {
-		var last header
+		var c converter
 		for i, d := range docs {
-			out[i] = convert(d.data, &last)
+			out[i] = c.convert(d.data)
 		}
 		return out
 	}
@@ -47,13 +47,13 @@ func convertAll(docs []document) []converted {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var last header
+			var c converter
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(docs) {
 					return
 				}
-				out[i] = convert(docs[i].data, &last)
+				out[i] = c.convert(docs[i].data)
 			}
 		}()
 	}
@@ -61,15 +61,22 @@ func convertAll(docs []document) []converted {
 	return out
 }
 
+// converter is one worker's state: the header of the previous document it decoded quickly,
+// and blockyaml's buffers, which it reuses because nothing decoded keeps the JSON (the
+// TLSRoute decoder copies it into a string, encoding/json copies what it keeps).
+type converter struct {
+	last header
+	yaml blockyaml.Converter
+}
+
 // convert takes the quick path for a document when it can: blockyaml's conversion and a
 // strict decode of one object that succeeds. Anything else (YAML blockyaml declines, a List,
 // any error) takes sigs.k8s.io/yaml and the careful path in loader.document, so that errors
-// read the same whichever path a document could have taken. last is the header of the
-// previous document the caller decoded quickly.
-func convert(doc []byte, last *header) converted {
-	if js, ok := blockyaml.ToJSON(doc); ok {
-		if d := decodeQuick(js, last); d != nil {
-			last.APIVersion, last.Kind = d.h.APIVersion, d.h.Kind
+// read the same whichever path a document could have taken.
+func (c *converter) convert(doc []byte) converted {
+	if js, ok := c.yaml.ToJSON(doc); ok {
+		if d := decodeQuick(js, &c.last); d != nil {
+			c.last.APIVersion, c.last.Kind = d.h.APIVersion, d.h.Kind
 			return converted{obj: d}
 		}
 	}

@@ -6,6 +6,9 @@
 //		js, err = yaml.YAMLToJSONStrict(doc) // sigs.k8s.io/yaml: all of YAML, and its errors
 //	}
 //
+// A Converter does the same for many documents in a row, into buffers it reuses: the JSON
+// it returns lasts until its next call, which suits a decoder that copies what it keeps.
+//
 // It exists for speed (100 000 hostnames must serve within 0.3 s of start,
 // docs/performance.md): sigs.k8s.io/yaml parses a document into YAML nodes, builds
 // Go maps from them, converts those and marshals them to JSON, which took most of the start
@@ -45,21 +48,43 @@ import (
 	"math"
 )
 
-// ToJSON converts one YAML document (without "---" separators); see the package doc.
+// ToJSON converts one YAML document (without "---" separators); see the package doc. The
+// JSON is the caller's to keep.
 func ToJSON(doc []byte) ([]byte, bool) {
-	for _, c := range doc {
-		if (c < ' ' && c != '\n') || c >= 0x7f {
+	var c Converter
+	return c.ToJSON(doc)
+}
+
+// A Converter converts documents as ToJSON does, but keeps its buffers from one document to
+// the next: the JSON it returns is valid only until its next call. Its zero value is ready;
+// it is not safe for concurrent use.
+//
+// A loader that decodes each document's JSON into objects and drops it needs no copy of it,
+// and the buffers of a large configuration's first load are fresh memory: a line table
+// and an output of a quarter more than the document, for each of thousands of documents.
+type Converter struct {
+	lines []line
+	out   []byte
+}
+
+// ToJSON converts one YAML document (without "---" separators) into c's buffer.
+func (c *Converter) ToJSON(doc []byte) ([]byte, bool) {
+	for _, b := range doc {
+		if (b < ' ' && b != '\n') || b >= 0x7f {
 			return nil, false
 		}
 	}
 	if len(doc) > math.MaxInt32 {
 		return nil, false // beyond line's offsets; sigs.k8s.io/yaml reads it
 	}
-	p := parser{
-		doc:   doc,
-		lines: make([]line, 0, bytes.Count(doc, []byte("\n"))+1),
-		out:   make([]byte, 0, len(doc)+len(doc)/4),
+	if n := bytes.Count(doc, []byte("\n")) + 1; cap(c.lines) < n {
+		c.lines = make([]line, 0, n)
 	}
+	if n := len(doc) + len(doc)/4; cap(c.out) < n {
+		c.out = make([]byte, 0, n)
+	}
+	p := parser{doc: doc, lines: c.lines[:0], out: c.out[:0]}
+	defer func() { c.lines, c.out = p.lines[:0], p.out[:0] }() // what append grew
 	for start := 0; start < len(doc); {
 		end := len(doc)
 		next := end

@@ -132,12 +132,39 @@ func FuzzToJSON(f *testing.F) {
 			f.Add(doc)
 		}
 	}
+	var reused Converter // across inputs: whatever it converted before must not show
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		js, ok := ToJSON(doc)
 		if ok {
 			agrees(t, doc, js)
 		}
+		again, okAgain := reused.ToJSON(doc)
+		if okAgain != ok || !bytes.Equal(again, js) {
+			t.Fatalf("a reused Converter: %q, %v; ToJSON: %q, %v", again, okAgain, js, ok)
+		}
 	})
+}
+
+// A Converter gives what ToJSON gives, whatever it converted or declined before, larger or
+// smaller.
+func TestConverterReuse(t *testing.T) {
+	var docs []string
+	docs = append(docs, string(scaleDocument()))
+	for i, c := range accepted {
+		docs = append(docs, c.yaml)
+		if i < len(declined) {
+			docs = append(docs, declined[i])
+		}
+	}
+	docs = append(docs, string(scaleDocument()), "a: b\n")
+	var c Converter
+	for _, doc := range docs {
+		want, wantOK := ToJSON([]byte(doc))
+		got, ok := c.ToJSON([]byte(doc))
+		if ok != wantOK || !bytes.Equal(got, want) {
+			t.Errorf("Converter.ToJSON(%q) = %s, %v; ToJSON gives %s, %v", doc, got, ok, want, wantOK)
+		}
+	}
 }
 
 // scaleDocument is one document of the benchmark's route-scale file (internal/standalone's
@@ -159,6 +186,14 @@ func BenchmarkToJSON(b *testing.B) {
 	b.Run("blockyaml", func(b *testing.B) {
 		for b.Loop() {
 			if _, ok := ToJSON(doc); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("blockyaml-reused", func(b *testing.B) {
+		var c Converter
+		for b.Loop() {
+			if _, ok := c.ToJSON(doc); !ok {
 				b.Fatal("declined")
 			}
 		}
