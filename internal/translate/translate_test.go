@@ -48,6 +48,34 @@ func TestIntersect(t *testing.T) {
 	}
 }
 
+// The effective hostnames of a route on a listener: each intersection once, in the
+// route's order; the route's own list when nothing changes.
+func TestEffectiveHostnames(t *testing.T) {
+	for _, tc := range []struct {
+		listener string
+		route    []string
+		want     []string
+		shared   bool
+	}{
+		{"", []string{"a.example.com", "*.b.example.com"}, []string{"a.example.com", "*.b.example.com"}, true},
+		{"*.example.com", []string{"a.example.com", "b.example.com"}, []string{"a.example.com", "b.example.com"}, true},
+		{"", []string{"a.example.com", "a.example.com", "b.example.com"}, []string{"a.example.com", "b.example.com"}, false},
+		{"a.example.com", []string{"*.example.com", "a.example.com"}, []string{"a.example.com"}, false},
+		{"*.example.com", []string{"a.example.com", "a.other.com", "b.example.com"}, []string{"a.example.com", "b.example.com"}, false},
+		{"*.example.com", []string{"a.other.com", "b.example.com"}, []string{"b.example.com"}, false},
+		{"a.example.com", []string{"b.example.com"}, []string{}, false},
+		{"", nil, nil, true},
+	} {
+		got := effectiveHostnames(tc.listener, tc.route)
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") || len(got) != len(tc.want) {
+			t.Errorf("effectiveHostnames(%q, %q) = %q, want %q", tc.listener, tc.route, got, tc.want)
+		}
+		if shared := len(got) > 0 && &got[0] == &tc.route[0]; shared != (tc.shared && len(got) > 0) {
+			t.Errorf("effectiveHostnames(%q, %q): shares the route's list: %v, want %v", tc.listener, tc.route, shared, tc.shared)
+		}
+	}
+}
+
 func TestHostnameProblem(t *testing.T) {
 	for h, ok := range map[string]bool{
 		"example.com":                    true,
