@@ -246,8 +246,8 @@ func relaxGC(configBytes int64) (restore func()) {
 }
 
 // firstLoadBytesPerConfigByte is how much heap a first load allocates per byte of its
-// files, measured on the shapes a large configuration has: 8.6 for 6 313 TLSRoutes of 16
-// hostnames each (bench/run.sh's route-scale folder, 4 MB), 11.3 for 20 000 TLSRoutes of
+// files, measured on the shapes a large configuration has: 8.2 for 6 313 TLSRoutes of 16
+// hostnames each (bench/run.sh's route-scale folder, 4 MB), 11.2 for 20 000 TLSRoutes of
 // one hostname and two labels each (7.4 MB). Too low leaves the rest to page faults; too
 // high backs memory for nothing, returned to the OS after the load.
 const firstLoadBytesPerConfigByte = 12
