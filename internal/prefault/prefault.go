@@ -19,7 +19,7 @@
 //
 // What it saves is the guest's exception. On the benchmark machine (a PVM guest, whose
 // page tables the host shadows lazily) a first write cost about 11 µs per 4 KiB page;
-// populating cost 0.2 to 0.5 µs per page, and the first write after it still about 5.5 µs,
+// populating cost 0.5 to 0.8 µs per page, and the first write after it still about 5.5 µs,
 // the host filling in its own mapping. Huge pages would remove that too (a 2 MiB page
 // populated and written in 0.05 to 0.2 µs per 4 KiB), but the release of the unused part
 // after the load splits them, and every later reload then took 40 ms instead of 22: Heap
