@@ -129,9 +129,16 @@ func (p *Pair) pump(i int) (moved int, left bool, err error) {
 			// A full buffer: a burst. Splice the rest of it (without a pipe to be had, go on
 			// through buffers).
 			d.pipe = getPipe()
+		} else if p.rdhup[src] && !p.sticky[src] {
+			// The peer's FIN was in before this read (EPOLLRDHUP: the kernel takes a FIN in
+			// sequence order, after every byte it ends), and a short read took all there
+			// was: the next read could only return the EOF, so it is not made. A client
+			// that ends with a last message and its FIN together (a TLS close_notify, a
+			// PostgreSQL Terminate) saves a system call. After an error or a hang-up
+			// (sticky) the read goes on, so that a reset is passed on as one.
+			d.eof = true
 		} else if !p.sticky[src] && !p.rdhup[src] {
-			// A short read took everything there was: new bytes bring a new edge. (After
-			// the peer's FIN, no edge would come for the EOF that follows the data.)
+			// A short read took everything there was: new bytes bring a new edge.
 			p.readable[src] = false
 		}
 	}

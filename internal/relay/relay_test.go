@@ -141,6 +141,45 @@ func TestEchoAndHalfClose(t *testing.T) {
 	}
 }
 
+// A last message and its FIN already in when the relay first reads (a TLS close_notify, a
+// PostgreSQL Terminate, then the close): the message and then the end reach the backend,
+// whose own last words and FIN come back the same way.
+func TestLastMessageWithFIN(t *testing.T) {
+	r := newRelay(t, 1)
+	ln := listen(t)
+	client, a := tcpPair(t, ln)
+	b, backend := tcpPair(t, ln)
+	t.Cleanup(func() { client.Close(); backend.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	client.SetDeadline(deadline)
+	backend.SetDeadline(deadline)
+	// On loopback the segments are in a's queue when the calls return.
+	if _, err := client.Write([]byte("terminate")); err != nil {
+		t.Fatal(err)
+	}
+	client.CloseWrite()
+	res := make(chan Result, 1)
+	if _, err := r.Start(a, b, Options{}, func(r Result) { res <- r }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(backend); err != nil || string(got) != "terminate" {
+		t.Fatalf("backend read %q, %v; want the message, then EOF", got, err)
+	}
+	backend.Write([]byte("bye"))
+	backend.CloseWrite()
+	if got, err := io.ReadAll(client); err != nil || string(got) != "bye" {
+		t.Fatalf("client read %q, %v; want the answer, then EOF", got, err)
+	}
+	select {
+	case r := <-res:
+		if r.Bytes != [2]int64{9, 3} || r.Err != nil || r.Outcome != "" {
+			t.Fatalf("result %+v, want bytes [9 3], no error, no outcome", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("pair still running")
+	}
+}
+
 // Megabytes both ways at once take the splice path, arrive intact, and leave no pipe held.
 func TestBulkBothWays(t *testing.T) {
 	r := newRelay(t, 1)
