@@ -98,7 +98,7 @@ type Pair struct {
 	readable [2]bool
 	writable [2]bool
 	sticky   [2]bool // error or hang-up seen: never assume the socket drained
-	rdhup    [2]bool // the peer's FIN is in: read until EOF
+	rdhup    [2]bool // the peer's FIN is in: read until EOF, or until a short read
 	// broke is 1 + the side whose socket failed first (a read or write error: a reset, a
 	// keepalive timeout), 0 while none has. finish closes the other side with a reset.
 	broke uint8
