@@ -13,8 +13,8 @@
 // the end prints, per metric, the median (min–max) of every target and the median of its
 // per-round ratios to the first proxy target.
 //
-// Tests: latency (one connection, 64-byte round trips), conns, tiny, fin (new connections of
-// each shape, 16 at a time), rr (many connections, small requests), bulk (one download), pg
+// Tests: latency (one connection, 64-byte round trips), conns, tiny, fin, last (new
+// connections of each shape of load.Shapes, 16 at a time), rr (many connections, small requests), bulk (one download), pg
 // and pgs (pgbench TPC-B-like and -S against a private PostgreSQL on CPU 0, through
 // snigate's SSLRequest bridge and through HAProxy and nginx forwarding plain TCP, as the
 // harness runs it), term (full TLS 1.3 handshakes on a terminate listener, each followed by a
@@ -85,7 +85,7 @@ func main() {
 	log.SetPrefix("ab: ")
 	loadgen := flag.String("loadgen", "", "loadgen binary (bench/cmd/loadgen)")
 	backend := flag.String("backend", "", "backend binary (bench/cmd/backend)")
-	test := flag.String("test", "latency", "latency, conns, tiny, fin, rr, bulk, pg, pgs or term")
+	test := flag.String("test", "latency", "latency, conns, tiny, fin, last, rr, bulk, pg, pgs or term")
 	rounds := flag.Int("rounds", 7, "rounds")
 	n := flag.Int("n", 0, "operations per measurement (default: the full harness's)")
 	conc := flag.Int("c", 0, "concurrent connections (conns: 16, rr: 50)")
@@ -327,7 +327,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 	case "latency":
 		args = []string{"latency", "--addr", port("echo"), "--sni", sniEcho, "-n", def(m.n, 8000)}
 		out = &lat
-	case "conns", "tiny", "fin":
+	case "conns", "tiny", "fin", "last":
 		shape, sni, k := "std", sniEcho, "echo"
 		if m.test != "conns" {
 			shape = m.test
@@ -413,7 +413,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 		if cr.Failed > 0 {
 			return nil, fmt.Errorf("%d handshakes failed: %v", cr.Failed, cr.Errors)
 		}
-	case "conns", "tiny", "fin":
+	case "conns", "tiny", "fin", "last":
 		s["conns/s"] = cr.PerSec
 		ops = float64(cr.OK)
 		if cr.Failed > 0 {

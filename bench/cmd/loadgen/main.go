@@ -46,7 +46,7 @@ func main() {
 	bytes := fs.Int64("bytes", 1<<30, "bulk: bytes to download")
 	hold := fs.Duration("hold", 60*time.Second, "idle: hold connections at most this long")
 	caFile := fs.String("ca", "", "probe: PEM CA file")
-	shape := fs.String("shape", "std", "conns: std, tiny or fin (see load.Shapes)")
+	shape := fs.String("shape", "std", "conns: std, tiny, fin or last (see load.Shapes)")
 	fs.Parse(os.Args[2:])
 	if *addr == "" || *sni == "" {
 		fail(errors.New("--addr and --sni are required"))

@@ -36,10 +36,11 @@ func dial(addr string) (*net.TCPConn, error) {
 
 // Shape is what one connection of Conns does after connecting: write the ClientHello, read
 // a Flight-byte answer, write Msg bytes and read their echo, then close, by reset or (Fin)
-// by a half-close whose FIN the proxy must carry to the backend and back.
+// by a half-close whose FIN the proxy must carry to the backend and back. With FinWithMsg
+// the half-close follows the message at once, before its echo is read.
 type Shape struct {
-	Flight, Msg int
-	Fin         bool
+	Flight, Msg     int
+	Fin, FinWithMsg bool
 }
 
 // The shapes the runner measures.
@@ -51,10 +52,14 @@ var (
 	// ShapeFin: as ShapeStd, but the client ends with a FIN and waits for the backend's, as a
 	// database client that sends its Terminate message and closes does.
 	ShapeFin = Shape{Flight: wire.FlightSize, Msg: wire.MsgSize, Fin: true}
+	// ShapeLast: as ShapeFin, but the FIN goes with the last message, as a TLS close_notify
+	// or a PostgreSQL Terminate and the close that follows it do. Not in the runner's
+	// tables (bench/cmd/ab --test last measures it).
+	ShapeLast = Shape{Flight: wire.FlightSize, Msg: wire.MsgSize, Fin: true, FinWithMsg: true}
 )
 
 // Shapes names them for the command line.
-var Shapes = map[string]Shape{"std": ShapeStd, "tiny": ShapeTiny, "fin": ShapeFin}
+var Shapes = map[string]Shape{"std": ShapeStd, "tiny": ShapeTiny, "fin": ShapeFin, "last": ShapeLast}
 
 // handshake writes hello and reads an answer of len(flight) bytes into flight.
 func handshake(c net.Conn, hello, flight []byte) error {
@@ -86,14 +91,21 @@ func OneShape(addr string, hello, buf []byte, s Shape) error {
 	if _, err := c.Write(msg); err != nil {
 		return fmt.Errorf("write request: %w", err)
 	}
+	if s.FinWithMsg {
+		if err := c.CloseWrite(); err != nil {
+			return fmt.Errorf("half-close: %w", err)
+		}
+	}
 	if _, err := io.ReadFull(c, msg); err != nil {
 		return fmt.Errorf("read response: %w", err)
 	}
 	if !s.Fin {
 		return nil
 	}
-	if err := c.CloseWrite(); err != nil {
-		return fmt.Errorf("half-close: %w", err)
+	if !s.FinWithMsg {
+		if err := c.CloseWrite(); err != nil {
+			return fmt.Errorf("half-close: %w", err)
+		}
 	}
 	// The backend closes when it reads the FIN; its FIN comes back through the proxy. The
 	// reset that Close then sends (SO_LINGER 0) only spares the client TIME_WAIT.

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -96,5 +97,29 @@ func TestFinShapeNeedsTheBackendsFIN(t *testing.T) {
 	r := Conns(addr, hello, ShapeFin, 1, 1, 30*time.Second, nil)
 	if r.OK != 0 || r.Failed != 1 {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// The last shape's FIN goes with its message: a server that answers only after the
+// client's EOF serves it, and fails the fin shape, whose client waits for the answer first.
+func TestLastShapeSendsFINWithMessage(t *testing.T) {
+	hello, _ := wire.ClientHello("echo.bench.test")
+	addr := serve(t, func(c net.Conn) {
+		buf := make([]byte, 4096)
+		wire.ReadRecord(c, buf)
+		c.Write(wire.Flight())
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		msg, err := io.ReadAll(c) // the message, then the EOF
+		if err != nil {
+			return
+		}
+		c.Write(msg)
+		c.Close()
+	})
+	if r := Conns(addr, hello, ShapeLast, 4, 2, 30*time.Second, nil); r.OK != 4 || r.Failed != 0 {
+		t.Fatalf("last shape: %+v", r)
+	}
+	if r := Conns(addr, hello, ShapeFin, 1, 1, 30*time.Second, nil); r.OK != 0 || r.Failed != 1 {
+		t.Fatalf("fin shape against a server that waits for the EOF: %+v, want a failure", r)
 	}
 }
