@@ -176,9 +176,10 @@ func (p *Pair) connect(ep netip.AddrPort) {
 	d := &p.d[0]
 	for {
 		p.dialStart = time.Now()
-		fd, err := openConnect(ep, p.dialOpts.KeepAlive)
+		fd, err := openConnect(ep)
 		if err == nil {
 			p.fd[1], p.ownsB, p.ep, p.regB = fd, true, ep, true
+			p.keepAliveLater(p.dialOpts.KeepAlive)
 			// Events noted for a socket an earlier attempt closed say nothing of this one.
 			p.readable[1], p.writable[1], p.sticky[1], p.rdhup[1] = false, false, false, false
 			if !d.pending() {

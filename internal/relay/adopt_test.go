@@ -227,6 +227,30 @@ func TestAdoptConnectAtOnce(t *testing.T) {
 	}
 }
 
+// An adopted client's backend socket gets keepalive once it has lived keepAliveAfter, not
+// at its connect: a short connection makes two system calls fewer.
+func TestAdoptKeepAliveLater(t *testing.T) {
+	r := newRelay(t, 1)
+	rl, bln := listenRelay(t, r), listen(t)
+	to := bln.Addr().(*net.TCPAddr).AddrPort()
+	rt := newTestRouter(func([]byte) Verdict {
+		return Verdict{Action: Connect, To: to, Dial: DialOptions{Timeout: 5 * time.Second, KeepAlive: 45 * time.Second}}
+	})
+	client := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
+	backend := acceptBackend(t, bln)
+	fd := socketFrom(t, backend.RemoteAddr().(*net.TCPAddr).AddrPort())
+	if on, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE); err != nil || on != 0 {
+		t.Fatalf("SO_KEEPALIVE %d, %v at the connect: want 0", on, err)
+	}
+	waitKeepAlive(t, fd, 45)
+	backend.Write([]byte("still relaying"))
+	client.SetDeadline(time.Now().Add(5 * time.Second))
+	readExpect(t, "client", client, "still relaying")
+	backend.Close()
+	client.Close()
+	rt.waitDone(t)
+}
+
 // Release hands the socket back with what was read, and the socket still works; a client that
 // sends nothing is released at the deadline, one that closes with io.EOF, and one whose
 // preface outgrows the buffer with ErrPrefaceFull.

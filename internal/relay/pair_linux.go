@@ -59,6 +59,10 @@ type Pair struct {
 	// phase: the loop acts on it in phaseRouting (ErrDeadline) or phaseDialing
 	// (ErrDialTimeout), and a pair that moved on meanwhile ignores it.
 	dialTimedOut atomic.Bool
+	// keepAt is when the sweeper asks the loop to set keepalive on side B (unix
+	// nanoseconds; 0: nothing to set), and keepIdle its idle time (see keepAliveLater).
+	keepAt       atomic.Int64
+	keepIdle     time.Duration
 	dialed       chan error // Dial's outcome, sent once by the loop
 	ep           netip.AddrPort
 	ownsA, ownsB bool // the relay closes these sockets (Attach, Dial, accepted clients)

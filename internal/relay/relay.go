@@ -57,6 +57,7 @@ var ErrDialTimeout = errors.New("connect timed out")
 type DialOptions struct {
 	// Timeout bounds the connect (required); it is enforced within a quarter of itself.
 	Timeout time.Duration
-	// KeepAlive is the TCP keepalive idle time; negative: none.
+	// KeepAlive is the TCP keepalive idle time; negative: none. It is set once the
+	// connection has lived about a second (see keepAliveAfter), not at the connect.
 	KeepAlive time.Duration
 }

@@ -10,7 +10,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -403,18 +406,19 @@ func TestDialAttach(t *testing.T) {
 	r := newRelay(t, 1)
 	ln := listen(t)
 	p, backend := dialAccepted(t, r, ln, DialOptions{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
-	// The dialed socket has what a relayed backend socket needs: no Nagle delay, and
-	// keepalive with the idle time asked for.
-	testutil.Sockopts(t, "dialed socket", p.fd[1],
+	// The dialed socket has what a relayed backend socket needs: no Nagle delay at once,
+	// and keepalive with the idle time asked for once it has lived keepAliveAfter.
+	fd := p.fd[1]
+	testutil.Sockopts(t, "dialed socket", fd,
 		testutil.Sockopt{Name: "TCP_NODELAY", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_NODELAY, Want: 1},
-		testutil.Sockopt{Name: "SO_KEEPALIVE", Level: syscall.SOL_SOCKET, Opt: syscall.SO_KEEPALIVE, Want: 1},
-		testutil.Sockopt{Name: "TCP_KEEPIDLE", Level: syscall.IPPROTO_TCP, Opt: syscall.TCP_KEEPIDLE, Want: 30})
+		testutil.Sockopt{Name: "SO_KEEPALIVE", Level: syscall.SOL_SOCKET, Opt: syscall.SO_KEEPALIVE, Want: 0})
 	client, a := tcpPair(t, ln)
 	defer client.Close()
 	res := make(chan Result, 1)
 	if err := p.Attach(a, []byte("hello "), Options{}, func(x Result) { res <- x }); err != nil {
 		t.Fatal(err)
 	}
+	waitKeepAlive(t, fd, 30)
 	client.Write([]byte("world"))
 	client.CloseWrite()
 	backend.SetDeadline(time.Now().Add(5 * time.Second))
@@ -579,4 +583,51 @@ func TestRandomTraffic(t *testing.T) {
 	if n := r.Pairs(); n != 0 {
 		t.Fatalf("%d pairs left", n)
 	}
+}
+
+// waitKeepAlive waits until the relay has set keepalive with idle time idle (seconds) on
+// its socket fd: within keepAliveAfter and a sweep, with room for a slow machine.
+func waitKeepAlive(t *testing.T, fd, idle int) {
+	t.Helper()
+	start := time.Now()
+	for {
+		on, err1 := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE)
+		got, err2 := syscall.GetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("getsockopt: %v, %v", err1, err2)
+		}
+		if on == 1 && got == idle {
+			if d := time.Since(start); d < keepAliveAfter/2 {
+				t.Fatalf("keepalive set after %v, before the connection lived keepAliveAfter", d)
+			}
+			return
+		}
+		if time.Since(start) > keepAliveAfter+5*time.Second {
+			t.Fatalf("keepalive %d, idle %d s after %v: want on, %d s", on, got, time.Since(start), idle)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// socketFrom finds this process's socket whose local address is local (the relay's side of
+// a connection a test's backend accepted).
+func socketFrom(t *testing.T, local netip.AddrPort) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		sa, err := syscall.Getsockname(fd)
+		if in4, ok := sa.(*syscall.SockaddrInet4); ok && err == nil &&
+			netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)) == local {
+			return fd
+		}
+	}
+	t.Fatalf("no socket of this process is bound to %v", local)
+	return -1
 }

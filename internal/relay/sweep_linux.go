@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"slices"
 	"time"
 )
 
@@ -34,7 +35,7 @@ func (r *Relay) sweep() {
 	t := time.NewTicker(r.sweepEach)
 	r.sweepMu.Unlock()
 	defer t.Stop()
-	var idle, timedOut []*Pair
+	var idle, timedOut, keep []*Pair
 	for {
 		select {
 		case <-r.stop:
@@ -54,6 +55,11 @@ func (r *Relay) sweep() {
 				if p == nil {
 					continue
 				}
+				// Taken, so the next sweep does not ask again; a new connect meanwhile
+				// (an adopted client's next endpoint) sets a new time and is asked for later.
+				if ka := p.keepAt.Load(); ka != 0 && now >= ka && p.keepAt.CompareAndSwap(ka, 0) {
+					keep = append(keep, p)
+				}
 				if dl := p.dialDeadline.Load(); dl != 0 && now >= dl {
 					timedOut = append(timedOut, p)
 				} else if it := p.idle.Load(); it > 0 && p.started.Load() && now-p.lastActive.Load() >= it {
@@ -70,6 +76,15 @@ func (r *Relay) sweep() {
 				p.poke()
 			}
 			timedOut = timedOut[:0]
+			if len(keep) > 0 {
+				ps := slices.Clone(keep)
+				l.post(func() {
+					for _, p := range ps {
+						p.keepAliveNow()
+					}
+				})
+				keep = keep[:0]
+			}
 		}
 	}
 }
