@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
@@ -83,8 +84,15 @@ func StartMariaDB(t testing.TB, o MariaDBOptions) *MariaDB {
 	// mariadbd refuses to run as root unless told to with --user=root; as another user it
 	// ignores --user, so naming the current user works everywhere.
 	osUser := currentUserName()
+	// Temporary tables go to the server's own folder, not the shared /tmp, where other
+	// servers' files live too (test packages run in parallel): a bootstrap failed in CI with
+	// "Could not remove temporary table: '/tmp/#sql-temptable-…'", then "Unknown table".
+	tmpDir := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	err := runQuiet(command(nil, dir, installDB, "--no-defaults", "--datadir="+m.DataDir, "--user="+osUser,
-		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"))
+		"--tmpdir="+tmpDir, "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"))
 	if err != nil {
 		t.Fatalf("mariadb-install-db: %v", err)
 	}
@@ -102,6 +110,7 @@ func StartMariaDB(t testing.TB, o MariaDBOptions) *MariaDB {
 		args := []string{"--no-defaults",
 			"--user=" + osUser,
 			"--datadir=" + m.DataDir,
+			"--tmpdir=" + tmpDir,
 			"--socket=" + m.Socket,
 			"--pid-file=" + filepath.Join(dir, "mariadb.pid"),
 			"--bind-address=" + bind,
