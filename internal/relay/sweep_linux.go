@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"slices"
 	"time"
 )
 
@@ -77,13 +76,13 @@ func (r *Relay) sweep() {
 			}
 			timedOut = timedOut[:0]
 			if len(keep) > 0 {
-				ps := slices.Clone(keep)
+				ps := keep // the task owns this batch; the next one starts a new slice
 				l.post(func() {
 					for _, p := range ps {
 						p.keepAliveNow()
 					}
 				})
-				keep = keep[:0]
+				keep = nil
 			}
 		}
 	}

@@ -87,13 +87,19 @@ func OneShape(addr string, hello, buf []byte, s Shape) error {
 	if err := handshake(c, hello, buf[:s.Flight]); err != nil {
 		return err
 	}
+	halfClose := func() error {
+		if err := c.CloseWrite(); err != nil {
+			return fmt.Errorf("half-close: %w", err)
+		}
+		return nil
+	}
 	msg := buf[s.Flight : s.Flight+s.Msg]
 	if _, err := c.Write(msg); err != nil {
 		return fmt.Errorf("write request: %w", err)
 	}
 	if s.FinWithMsg {
-		if err := c.CloseWrite(); err != nil {
-			return fmt.Errorf("half-close: %w", err)
+		if err := halfClose(); err != nil {
+			return err
 		}
 	}
 	if _, err := io.ReadFull(c, msg); err != nil {
@@ -103,8 +109,8 @@ func OneShape(addr string, hello, buf []byte, s Shape) error {
 		return nil
 	}
 	if !s.FinWithMsg {
-		if err := c.CloseWrite(); err != nil {
-			return fmt.Errorf("half-close: %w", err)
+		if err := halfClose(); err != nil {
+			return err
 		}
 	}
 	// The backend closes when it reads the FIN; its FIN comes back through the proxy. The

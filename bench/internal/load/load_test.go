@@ -21,6 +21,17 @@ func serve(t *testing.T, h func(net.Conn)) string {
 	return ln.Addr().String()
 }
 
+// serveAfterFlight serves a backend that reads the ClientHello record and answers the
+// flight, then does then with the connection and a 4 KiB buffer.
+func serveAfterFlight(t *testing.T, then func(c net.Conn, buf []byte)) string {
+	return serve(t, func(c net.Conn) {
+		buf := make([]byte, 4096)
+		wire.ReadRecord(c, buf)
+		c.Write(wire.Flight())
+		then(c, buf)
+	})
+}
+
 // The client operations against the in-process backends: what the runner's "direct" rows do.
 func TestOperationsDirect(t *testing.T) {
 	hello, err := wire.ClientHello("echo.bench.test")
@@ -86,10 +97,7 @@ func TestConnsStops(t *testing.T) {
 // half-close is what the shape measures, so its absence must not pass.
 func TestFinShapeNeedsTheBackendsFIN(t *testing.T) {
 	hello, _ := wire.ClientHello("echo.bench.test")
-	addr := serve(t, func(c net.Conn) {
-		buf := make([]byte, 4096)
-		wire.ReadRecord(c, buf)
-		c.Write(wire.Flight())
+	addr := serveAfterFlight(t, func(c net.Conn, buf []byte) {
 		n, _ := c.Read(buf)
 		c.Write(buf[:n])
 		time.Sleep(opTimeout + time.Second) // holds the connection open after the client's FIN
@@ -104,10 +112,7 @@ func TestFinShapeNeedsTheBackendsFIN(t *testing.T) {
 // client's EOF serves it, and fails the fin shape, whose client waits for the answer first.
 func TestLastShapeSendsFINWithMessage(t *testing.T) {
 	hello, _ := wire.ClientHello("echo.bench.test")
-	addr := serve(t, func(c net.Conn) {
-		buf := make([]byte, 4096)
-		wire.ReadRecord(c, buf)
-		c.Write(wire.Flight())
+	addr := serveAfterFlight(t, func(c net.Conn, _ []byte) {
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		msg, err := io.ReadAll(c) // the message, then the EOF
 		if err != nil {
