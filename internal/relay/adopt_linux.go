@@ -179,7 +179,7 @@ func (p *Pair) connect(ep netip.AddrPort) {
 		fd, err := openConnect(ep)
 		if err == nil {
 			p.fd[1], p.ownsB, p.ep, p.regB = fd, true, ep, true
-			p.keepAliveLater(p.dialOpts.KeepAlive)
+			p.keepAliveLater(p.dialOpts.KeepAlive, p.dialStart)
 			// Events noted for a socket an earlier attempt closed say nothing of this one.
 			p.readable[1], p.writable[1], p.sticky[1], p.rdhup[1] = false, false, false, false
 			if !d.pending() {

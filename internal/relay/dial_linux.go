@@ -24,9 +24,10 @@ func (r *Relay) Dial(ep netip.AddrPort, o DialOptions) (*Pair, error) {
 	p := r.newPair(-1, fd, phaseDialing)
 	p.ownsB = true
 	p.ep = ep
-	p.keepAliveLater(o.KeepAlive)
+	now := time.Now()
+	p.keepAliveLater(o.KeepAlive, now)
 	p.dialed = make(chan error, 1)
-	p.dialDeadline.Store(time.Now().Add(o.Timeout).UnixNano())
+	p.dialDeadline.Store(now.Add(o.Timeout).UnixNano())
 	p.publish()
 	r.watch(o.Timeout)
 	if err := p.register(1); err != nil {
@@ -170,23 +171,23 @@ var errAbandoned = errors.New("dial abandoned")
 // connect.
 const keepAliveAfter = time.Second
 
-// keepAliveLater records that the backend socket, once it has lived keepAliveAfter, gets
-// keepalive with idle time d (none if d is negative). Called by whoever owns the pair
-// before the connect's socket is registered (Dial before publishing it, the loop for an
-// adopted client's connects).
-func (p *Pair) keepAliveLater(d time.Duration) {
+// keepAliveLater records that the backend socket, connected at now, gets keepalive with
+// idle time d once it has lived keepAliveAfter (none if d is negative). Called by whoever
+// owns the pair before the connect's socket is registered (Dial before publishing it, the
+// loop for an adopted client's connects), with the time it read for the connect already.
+func (p *Pair) keepAliveLater(d time.Duration, now time.Time) {
 	if d < 0 {
 		p.keepAt.Store(0)
 		return
 	}
 	p.keepIdle = d
-	p.keepAt.Store(time.Now().Add(keepAliveAfter).UnixNano())
+	p.keepAt.Store(now.Add(keepAliveAfter).UnixNano())
 }
 
 // keepAliveNow sets keepalive on the backend socket, on the loop (which owns fd[1]: a pair
 // that ended or is between two connects has none to set).
 func (p *Pair) keepAliveNow() {
-	if p.phase == phaseDone || p.fd[1] < 0 || !p.ownsB {
+	if p.phase == phaseDone || p.fd[1] < 0 {
 		return
 	}
 	// A failure (the socket reset meanwhile) shows on the socket's next read or write.
