@@ -35,6 +35,9 @@ fuzz FuzzStringsAreSlogs ./internal/accesslog/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 # (conformance runs on its own below: it needs its gate and a machine-wide lock.)
 go test -race -count=1 -timeout 20m $(go list ./... | grep -v '/conformance$')
+# The relay's tests again with its loops waiting on io_uring (serve --io-uring): the run
+# fails if the machine refuses io_uring rather than passing on epoll.
+SNIGATE_TEST_IO_URING=1 go test -race -count=1 -timeout 10m ./internal/relay
 # The upstream Gateway API conformance suite v1.6.3 (GATEWAY-TLS, GATEWAY-HTTP, GATEWAY-TCP),
 # twice, each on a fresh kube-apiserver: snigate's controller with its local proxy
 # (TestConformance), then with provisioned data planes (TestConformanceProvisioned);

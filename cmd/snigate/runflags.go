@@ -29,7 +29,7 @@ type runFlags struct {
 	admin, metrics, bind                                     *string
 	helloTimeout, dialTimeout, idleTimeout, keepAlive, drain *time.Duration
 	helloMax                                                 *int
-	accessLog                                                *bool
+	accessLog, ioURing                                       *bool
 	logFormat, logLevel                                      *string
 }
 
@@ -45,6 +45,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 		keepAlive:    fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)"),
 		drain:        fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish"),
 		accessLog:    fs.Bool("access-log", true, "log one line per connection"),
+		ioURing:      fs.Bool("io-uring", false, "relay loops wait on io_uring (Linux 6.12+; falls back to epoll, with a warning, where the kernel or a seccomp profile refuses it)"),
 		logFormat:    fs.String("log-format", "text", "log format: json or text"),
 		logLevel:     fs.String("log-level", "info", "log level: debug, info, warn, error"),
 	}
@@ -65,7 +66,7 @@ func (f *runFlags) newProxy(m *metrics.Metrics, lg *logs) *proxy.Proxy {
 	signal.Ignore(syscall.SIGPIPE)
 	return proxy.New(proxy.Options{
 		HelloTimeout: *f.helloTimeout, HelloMaxBytes: *f.helloMax, DialTimeout: *f.dialTimeout,
-		IdleTimeout: *f.idleTimeout, KeepAlive: *f.keepAlive, AccessLog: lg.access,
+		IdleTimeout: *f.idleTimeout, KeepAlive: *f.keepAlive, AccessLog: lg.access, IOURing: *f.ioURing,
 		Metrics: m, Logger: lg.log,
 	})
 }

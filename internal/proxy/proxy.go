@@ -79,6 +79,9 @@ type Options struct {
 	HTTPReadHeaderTimeout time.Duration
 	// HTTPIdleTimeout closes kept-alive HTTP connections idle this long (2 min).
 	HTTPIdleTimeout time.Duration
+	// IOURing has the relay's loops wait on io_uring where the kernel allows it, epoll
+	// otherwise (relay.WithIOURing); the log says which at the first listener.
+	IOURing bool
 
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
@@ -308,7 +311,17 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // relay returns the proxy's relay, starting its event loops (one per usable CPU) the first
 // time.
 func (p *Proxy) relay() (*relay.Relay, error) {
-	p.relayOnce.Do(func() { p.relays, p.relayErr = relay.New(0) })
+	p.relayOnce.Do(func() {
+		p.relays, p.relayErr = relay.New(0, relay.WithIOURing(p.opts.IOURing))
+		if p.relayErr != nil || !p.opts.IOURing {
+			return
+		}
+		if wait, why := p.relays.Wait(); why != nil {
+			p.log.Warn("--io-uring: the kernel refused io_uring, the relay waits on epoll", "wait", wait, "error", why)
+		} else {
+			p.log.Info("relay waits on io_uring", "wait", wait)
+		}
+	})
 	return p.relays, p.relayErr
 }
 

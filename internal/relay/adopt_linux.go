@@ -242,7 +242,7 @@ func (p *Pair) release(err error) {
 	p.mu.Unlock()
 	if p.regA {
 		// The fd stays open for the caller, so closing cannot take it out of the epoll set.
-		rawEpollCtl(p.l.epfd, unix.EPOLL_CTL_DEL, p.fd[0], &unix.EpollEvent{})
+		p.l.ctl(unix.EPOLL_CTL_DEL, p.fd[0], &unix.EpollEvent{Fd: p.slot << 1, Pad: int32(p.gen)})
 	}
 	p.unpublish()
 	d := &p.d[0]

@@ -56,6 +56,14 @@ func (r *Relay) Listen(fd int, acc Acceptor) (*Listener, error) {
 		l.lns[ln.id] = &lnState{ln: ln}
 		l.mu.Unlock()
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: listenData(ln.id)}
+		if l.ring != nil {
+			// On the loop, its ring's one submitter. (Close, posted after, comes after.)
+			if !l.post(func() { l.ctl(unix.EPOLL_CTL_ADD, fd, &ev) }) {
+				ln.Close()
+				return nil, errClosed
+			}
+			continue
+		}
 		if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			ln.Close()
 			return nil, os.NewSyscallError("epoll_ctl", err)
@@ -95,7 +103,7 @@ func (l *loop) dropListener(ln *Listener) {
 	l.mu.Unlock()
 	if st != nil && !st.paused {
 		// ENOENT when Listen's registration failed on this loop: nothing to take out.
-		rawEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ln.fd, &unix.EpollEvent{})
+		l.ctl(unix.EPOLL_CTL_DEL, ln.fd, &unix.EpollEvent{Fd: listenData(ln.id)})
 	}
 }
 
@@ -162,7 +170,7 @@ func (l *loop) balance() *loop {
 // pause takes a listener out of the loop's set for a while after an accept error that
 // would come back at once (EMFILE: a level-triggered listener would spin the loop).
 func (l *loop) pause(st *lnState) {
-	rawEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, st.ln.fd, &unix.EpollEvent{})
+	l.ctl(unix.EPOLL_CTL_DEL, st.ln.fd, &unix.EpollEvent{Fd: listenData(st.ln.id)})
 	st.paused = true
 	st.delay = min(max(2*st.delay, firstPause), lastPause)
 	time.AfterFunc(st.delay, func() { l.post(func() { l.resume(st) }) })
@@ -177,7 +185,7 @@ func (l *loop) resume(st *lnState) {
 	}
 	st.paused = false
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: listenData(st.ln.id)}
-	if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, st.ln.fd, &ev); err != nil {
+	if err := l.ctl(unix.EPOLL_CTL_ADD, st.ln.fd, &ev); err != nil {
 		st.ln.acc.Failed(os.NewSyscallError("epoll_ctl", err))
 		l.pause(st)
 	}

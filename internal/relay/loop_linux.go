@@ -34,6 +34,12 @@ type loop struct {
 	ready      []*Pair // pairs that ran out of budget with work left
 	acceptable []*lnState
 	todo       []func()
+
+	// ring, when set, is what the loop waits on instead of epfd (WithIOURing; see
+	// ring_linux.go). Set by the loop's goroutine before New returns, never changed after.
+	ring     *ring
+	wantRing bool
+	started  chan error // the loop's goroutine reports here why it waits on epoll, or nil
 }
 
 func newLoop() (*loop, error) {
@@ -54,7 +60,7 @@ func newLoop() (*loop, error) {
 		unix.Close(efd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	return &loop{epfd: epfd, efd: efd, exited: make(chan struct{}), lns: map[int32]*lnState{}}, nil
+	return &loop{epfd: epfd, efd: efd, exited: make(chan struct{}), started: make(chan error, 1), lns: map[int32]*lnState{}}, nil
 }
 
 // close stops the loop and waits until its goroutine has left, then closes its fds.
@@ -66,6 +72,9 @@ func (l *loop) close() {
 }
 
 func (l *loop) closeFDs() {
+	if l.ring != nil {
+		l.ring.close()
+	}
 	unix.Close(l.epfd)
 	unix.Close(l.efd)
 }
@@ -134,6 +143,15 @@ func (l *loop) run() {
 		}
 		close(l.exited)
 	}()
+	var ringErr error
+	if l.wantRing {
+		ringErr = l.startRing()
+	}
+	l.started <- ringErr
+	if l.ring != nil {
+		l.runRing()
+		return
+	}
 	timeout, idle, repolls := rawWaitMs, 0, 0
 	yielded := time.Now()
 	for !l.closed.Load() {
@@ -240,4 +258,51 @@ func (l *loop) turn(n int) bool {
 	}
 	l.work = work[:0]
 	return n == len(l.events) || len(l.ready) > 0
+}
+
+// runRing is run's loop for a loop that waits on its ring: the same turns, yields and
+// parking, with one io_uring_enter where run makes one epoll_pwait. It does not ask again
+// after a busy batch as run does: the ring's batched wait does that better (ring_linux.go).
+func (l *loop) runRing() {
+	r := l.ring
+	timeout, idle := rawWaitMs, 0
+	yielded := time.Now()
+	for !l.closed.Load() {
+		var err error
+		switch {
+		case r.pending():
+			if r.tail != r.submitted {
+				err = r.submit() // the completions are there already: only submit
+			}
+		case timeout == 0:
+			err = r.submit()
+		case idle < parkAfter:
+			err = r.wait(timeout)
+		default:
+			err = r.wait(-1)
+		}
+		if err != nil && err != unix.EINTR {
+			// The ring broke (it should not): nothing the loop can wait on is left.
+			panic(err)
+		}
+		n := r.reap(l.events[:], l.pollFailed)
+		more := l.turn(n)
+		switch {
+		case more || r.pending():
+			timeout, idle = 0, 0
+		case n > 0 || err != nil:
+			timeout, idle = rawWaitMs, 0
+		case timeout > 0:
+			idle++
+			runtime.Gosched()
+			yielded = time.Now()
+			continue
+		default:
+			timeout = rawWaitMs
+		}
+		if now := time.Now(); now.Sub(yielded) > yieldEvery {
+			runtime.Gosched()
+			yielded = now
+		}
+	}
 }

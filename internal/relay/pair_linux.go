@@ -190,8 +190,22 @@ func (p *Pair) setOptions(o Options) {
 	}
 }
 
+// register puts side's socket in the loop's set, from outside the loop (Start, Dial,
+// Attach). A ring has one submitter, the loop: there the registration is posted to it, and
+// a poll that fails ends the pair from the loop (loop.pollFailed).
 func (p *Pair) register(side int) error {
 	p.outArmed[side] = true
+	if l := p.l; l.ring != nil {
+		fd := p.fd[side]
+		if !l.post(func() {
+			if p.phase != phaseDone && p.fd[side] == fd {
+				p.registerFD(fd, side, true)
+			}
+		}) {
+			return errClosed
+		}
+		return nil
+	}
 	return p.registerFD(p.fd[side], side, true)
 }
 
@@ -202,7 +216,7 @@ func (p *Pair) registerFD(fd, side int, out bool) error {
 	if out {
 		ev.Events = sockEvents
 	}
-	if err := rawEpollCtl(p.l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := p.l.ctl(unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	return nil
@@ -218,7 +232,7 @@ func (p *Pair) armOut(side int) error {
 	}
 	p.outArmed[side] = true
 	ev := unix.EpollEvent{Events: sockEvents, Fd: p.slot<<1 | int32(side), Pad: int32(p.gen)}
-	return rawEpollCtl(p.l.epfd, unix.EPOLL_CTL_MOD, p.fd[side], &ev)
+	return p.l.ctl(unix.EPOLL_CTL_MOD, p.fd[side], &ev)
 }
 
 // unpublish frees the pair's slot: for a pair the loop cannot have seen, or from the loop.
@@ -361,6 +375,7 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 		if p.broke == uint8(1-i)+1 {
 			rawLingerZero(p.fd[i])
 		}
+		p.unwatch(i)
 		rawClose(p.fd[i])
 	}
 	if errors.Is(err, unix.EAGAIN) {
@@ -374,4 +389,12 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 		p.done(res)
 	}
 	// (Neither: a Dial that failed or was abandoned.)
+}
+
+// unwatch takes side's socket off the loop's ring before it is closed, on the loop: a poll
+// on a ring holds its socket open (closing takes a socket out of an epoll set by itself).
+func (p *Pair) unwatch(side int) {
+	if l := p.l; l != nil && l.ring != nil {
+		l.ring.remove(ringUD(p.slot<<1|int32(side), int32(p.gen)))
+	}
 }

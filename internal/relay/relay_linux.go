@@ -43,13 +43,24 @@ type Relay struct {
 	sweepWake chan struct{}
 	stop      chan struct{}
 	closeOnce sync.Once
+	ringErr   error // why the loops wait on epoll though WithIOURing asked for rings
+	rings     bool  // the loops wait on io_uring
 }
 
 // New starts n event loops; n ≤ 0 means one per P the program has (GOMAXPROCS, less the Ps
 // other relays reserved). Each loop holds a P of the runtime while it waits (see loop.run),
 // so New raises GOMAXPROCS by the number of loops and Close lowers it again: the rest of
 // the program keeps the Ps it had.
-func New(n int) (*Relay, error) {
+//
+// With WithIOURing(true) each loop waits on an io_uring where the kernel allows it (Linux
+// 6.12, io_uring not refused by seccomp or kernel.io_uring_disabled) and on epoll
+// otherwise; Wait tells which, and why.
+func New(n int, opts ...Option) (*Relay, error) {
+	var o settings
+	o.ring = defaultIOURing
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if n <= 0 {
 		procsMu.Lock()
 		n = runtime.GOMAXPROCS(0) - reservedProcs
@@ -70,6 +81,7 @@ func New(n int) (*Relay, error) {
 			return nil, err
 		}
 		l.r = r
+		l.wantRing = o.ring
 		r.loops = append(r.loops, l)
 	}
 	reserveProcs(len(r.loops))
@@ -77,7 +89,37 @@ func New(n int) (*Relay, error) {
 	for _, l := range r.loops {
 		go l.run()
 	}
+	// Each loop makes its ring on its own thread; wait for them, so that every loop's
+	// choice is made (and l.ring set) before anything is registered.
+	r.rings = o.ring
+	for _, l := range r.loops {
+		if err := <-l.started; err != nil {
+			r.rings, r.ringErr = false, err
+		}
+	}
 	return r, nil
+}
+
+// Option changes how New makes a Relay.
+type Option func(*settings)
+
+type settings struct{ ring bool }
+
+// WithIOURing has the loops wait on io_uring instead of epoll where the kernel allows it
+// (see ring_linux.go for what it buys and why it is not the default).
+func WithIOURing(on bool) Option { return func(s *settings) { s.ring = on } }
+
+// defaultIOURing is WithIOURing's default; the package's tests set it from
+// SNIGATE_TEST_IO_URING to run every test on both waits.
+var defaultIOURing = false
+
+// Wait names what the loops wait on, "io_uring" or "epoll", and, when io_uring was asked
+// for and the kernel refused it, why.
+func (r *Relay) Wait() (string, error) {
+	if r.rings {
+		return "io_uring", nil
+	}
+	return "epoll", r.ringErr
 }
 
 // Close stops the loops. Pairs still running are abandoned without their done callbacks:

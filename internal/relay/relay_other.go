@@ -21,7 +21,16 @@ type Relay struct{}
 type Pair struct{}
 
 // New fails off Linux.
-func New(int) (*Relay, error) { return nil, errNotLinux }
+func New(int, ...Option) (*Relay, error) { return nil, errNotLinux }
+
+// Option changes how New makes a Relay.
+type Option func()
+
+// WithIOURing does nothing off Linux.
+func WithIOURing(bool) Option { return func() {} }
+
+// Wait names nothing off Linux.
+func (*Relay) Wait() (string, error) { return "", errNotLinux }
 
 // Close does nothing off Linux.
 func (*Relay) Close() {}
