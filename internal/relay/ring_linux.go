@@ -11,10 +11,11 @@ package relay
 // What it buys is the wait. After a wake-up that brought two completions or more, the
 // loop waits for up to minWaitCount of them or minWaitUsec µs (the ring's min_wait, Linux
 // 6.12), so a busy loop sleeps and wakes less; epoll has no such wait. Measured on the
-// benchmark machine against the epoll loop: CPU per new connection ×0.95–0.97, CPU per
-// request under many connections ×0.90 and requests/s ×1.06, latency ×0.95–0.98
+// benchmark machine against the epoll loop, in its good phases: CPU per new connection
+// ×0.95–0.97, CPU per request under many connections ×0.90 and requests/s ×1.06, latency
+// ×0.95–0.98; in a slow phase worse, ×0.99–1.18 the CPU and ×0.76–0.88 the rate
 // (bench/results/notes.md, "the loop's wait on an io_uring"). Without the batched wait the
-// ring is even with epoll. A lone connection's messages never wait: one completion ends
+// ring is even with epoll. Not merged until the batching knows when to stop. A lone connection's messages never wait: one completion ends
 // a wait that did not follow a busy wake-up.
 //
 // Why written here: the Go io_uring libraries are not among the modules this project can
@@ -213,8 +214,9 @@ func (r *ring) arm(fd int, events uint32, ud uint64) {
 
 // ringEvents are the poll events of an epoll registration: the events alone. A multishot
 // poll reports each wake-up once, as an edge-triggered epoll set does, without EPOLLET;
-// with it, or with EPOLLEXCLUSIVE on a listener's poll, a loop spent ×1.2 the CPU per
-// connection.
+// the prototype that measured the gain set neither EPOLLET nor EPOLLEXCLUSIVE (not measured
+// with them; several loops on one listener then all wake for a connection, and those that
+// find none pay an accept).
 func ringEvents(events uint32) uint32 {
 	return events &^ (unix.EPOLLET | unix.EPOLLEXCLUSIVE)
 }
