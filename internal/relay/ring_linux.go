@@ -125,14 +125,59 @@ type ring struct {
 
 	ts  unix.Timespec
 	arg geteventsArg
-	// regs are the polls armed, by user data (an epoll event's Fd and Pad): what a poll
-	// that ended is armed again with, and which sockets a close must take off first.
-	regs map[uint64]ringReg
+	// regs and slots are the polls armed, by user data (an epoll event's Fd and Pad): what a
+	// poll that ended is armed again with, and which sockets a close must take off first.
+	// A pair's two sockets are in slots, by the pair's slot (16 bytes each, where a map
+	// entry cost an idle connection about 0.1 KB); listeners and the eventfd in regs.
+	slots [][2]ringReg
+	regs  map[uint64]*ringReg
 }
 
 type ringReg struct {
-	fd     int
+	fd     int32
 	events uint32
+	gen    uint32 // the pair's generation (slots only)
+	on     bool
+}
+
+// reg is the registration of user data ud, nil when none is armed.
+func (r *ring) reg(ud uint64) *ringReg {
+	data := int32(uint32(ud))
+	if data < 0 {
+		return r.regs[ud]
+	}
+	slot, side := int(data>>1), data&1
+	if slot >= len(r.slots) {
+		return nil
+	}
+	if g := &r.slots[slot][side]; g.on && g.gen == uint32(ud>>32) {
+		return g
+	}
+	return nil
+}
+
+// set records an armed poll.
+func (r *ring) set(ud uint64, fd int, events uint32) {
+	data := int32(uint32(ud))
+	g := ringReg{fd: int32(fd), events: events, gen: uint32(ud >> 32), on: true}
+	if data < 0 {
+		r.regs[ud] = &g
+		return
+	}
+	slot := int(data >> 1)
+	for slot >= len(r.slots) {
+		r.slots = append(r.slots, [2]ringReg{})
+	}
+	r.slots[slot][data&1] = g
+}
+
+// forget drops the record of the poll with user data ud.
+func (r *ring) forget(ud uint64) {
+	if data := int32(uint32(ud)); data < 0 {
+		delete(r.regs, ud)
+	} else if g := r.reg(ud); g != nil {
+		*g = ringReg{}
+	}
 }
 
 var (
@@ -149,7 +194,7 @@ func newRing() (*ring, error) {
 	if e != 0 {
 		return nil, os.NewSyscallError("io_uring_setup", e)
 	}
-	r := &ring{fd: int(fd), entries: p.sqEntries, regs: map[uint64]ringReg{}}
+	r := &ring{fd: int(fd), entries: p.sqEntries, regs: map[uint64]*ringReg{}}
 	if p.features&featMinTimeout == 0 {
 		r.close()
 		return nil, errNoMinWait
@@ -200,7 +245,7 @@ func (r *ring) get() *ringSQE {
 // poll (see ring's package note).
 func (r *ring) add(fd int, events uint32, ud uint64) {
 	events = ringEvents(events)
-	r.regs[ud] = ringReg{fd: fd, events: events}
+	r.set(ud, fd, events)
 	r.arm(fd, events, ud)
 }
 
@@ -227,24 +272,23 @@ func ringEvents(events uint32) uint32 {
 // would wait for good. A cancel does not fail that way.) The new poll reports the events
 // that hold already, as an epoll_ctl MOD does.
 func (r *ring) update(ud uint64, events uint32) {
-	reg, ok := r.regs[ud]
-	if !ok {
+	reg := r.reg(ud)
+	if reg == nil {
 		return
 	}
 	reg.events = ringEvents(events)
-	r.regs[ud] = reg
 	r.cancel(ud)
-	r.arm(reg.fd, reg.events, ud)
+	r.arm(int(reg.fd), reg.events, ud)
 }
 
 // remove takes the poll with user data ud off the ring, if there is one. The ring holds a
 // reference to the socket until the cancel is submitted (at the loop's next wait), so a
 // socket closed meanwhile sends its FIN or reset then, not at its close.
 func (r *ring) remove(ud uint64) {
-	if _, ok := r.regs[ud]; !ok {
+	if r.reg(ud) == nil {
 		return
 	}
-	delete(r.regs, ud)
+	r.forget(ud)
 	r.cancel(ud)
 }
 
@@ -311,17 +355,17 @@ func (r *ring) reap(evs []unix.EpollEvent, failed func(ud uint64, err error)) in
 		if c.userData == udRemove || c.res == -int32(unix.ECANCELED) {
 			continue // a cancel's own completion, or a poll's last one after its cancel
 		}
-		reg, live := r.regs[c.userData]
-		if !live {
+		reg := r.reg(c.userData)
+		if reg == nil {
 			continue // removed meanwhile: a late completion, or the removal's -ECANCELED
 		}
 		if c.res < 0 {
-			delete(r.regs, c.userData)
+			r.forget(c.userData)
 			failed(c.userData, os.NewSyscallError("io_uring poll", syscall.Errno(-c.res)))
 			continue
 		}
 		if c.flags&cqeFMore == 0 {
-			r.arm(reg.fd, reg.events, c.userData)
+			r.arm(int(reg.fd), reg.events, c.userData)
 		}
 		evs[n] = unix.EpollEvent{Events: uint32(c.res) & ringPollEventMask, Fd: int32(uint32(c.userData)), Pad: int32(c.userData >> 32)}
 		n++
