@@ -127,8 +127,8 @@ type ring struct {
 	arg geteventsArg
 	// regs and slots are the polls armed, by user data (an epoll event's Fd and Pad): what a
 	// poll that ended is armed again with, and which sockets a close must take off first.
-	// A pair's two sockets are in slots, by the pair's slot (16 bytes each, where a map
-	// entry cost an idle connection about 0.1 KB); listeners and the eventfd in regs.
+	// A pair's two sockets are in slots, by the pair's slot (16 bytes each, no map entry
+	// per socket); listeners and the eventfd in regs.
 	slots [][2]ringReg
 	regs  map[uint64]*ringReg
 }
