@@ -40,6 +40,7 @@ const (
 	minWaitCount = 16
 	minWaitUsec  = 20 // 10 µs gained nothing, 50 µs cost ×0.91 of the connection rate
 	batchAfter   = 2  // completions in a wake-up that make the next wait a batched one
+	batchKeep    = 4  // and in a batched wait's, to batch again
 
 	ringEntries = 1024
 )
@@ -122,6 +123,7 @@ type ring struct {
 	cqes            []ringCQE
 	tail, submitted uint32
 	lastBatch       int
+	batched         bool // the last wait was a batched one
 
 	ts  unix.Timespec
 	arg geteventsArg
@@ -320,7 +322,11 @@ func (r *ring) wait(msec int) error {
 		r.ts = unix.Timespec{Nsec: int64(msec) * 1e6}
 		want := uintptr(1)
 		r.arg.minWait = 0
-		if r.lastBatch >= batchAfter {
+		// Batch after a busy wake-up, but not after a batched wait that brought few: the
+		// events come too slowly to fill a batch, and waiting for them only delays those
+		// that came.
+		r.batched = r.lastBatch >= batchAfter && !(r.batched && r.lastBatch < batchKeep)
+		if r.batched {
 			want, r.arg.minWait = minWaitCount, minWaitUsec
 		}
 		_, _, e = syscall.RawSyscall6(sysIOURingEnter, uintptr(r.fd), n, want, enterGetEvents|enterExtArg,
