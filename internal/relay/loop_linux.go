@@ -285,12 +285,15 @@ func (l *loop) runRing() {
 			// The ring broke (it should not): nothing the loop can wait on is left.
 			panic(err)
 		}
-		n := r.reap(l.events[:], l.pollFailed)
+		n, taken := r.reap(l.events[:], l.pollFailed)
 		more := l.turn(n)
 		switch {
 		case more || r.pending():
 			timeout, idle = 0, 0
-		case n > 0 || err != nil:
+		case taken > 0 || err != nil:
+			// Completions came, if only the ring's own (a closed socket's cancelled poll):
+			// not an idle wait, so no yield, which on the loop's locked thread costs a
+			// thread hand-off both ways.
 			timeout, idle = rawWaitMs, 0
 		case timeout > 0:
 			idle++

@@ -63,6 +63,8 @@ const (
 
 	cqeFMore = 1 << 1
 
+	sqeCQESkipSuccess = 1 << 6
+
 	pollAddMulti      = 1 << 0
 	cancelAll         = 1 << 0
 	sqeSize           = 64
@@ -294,10 +296,12 @@ func (r *ring) remove(ud uint64) {
 	r.cancel(ud)
 }
 
-// cancel cancels every poll with user data ud; their last completions say ECANCELED.
+// cancel cancels every poll with user data ud; their last completions say ECANCELED. The
+// cancel itself completes without a completion when it succeeds (CQE_SKIP_SUCCESS): one
+// completion fewer for the loop to wake for and skip.
 func (r *ring) cancel(ud uint64) {
 	s := r.get()
-	s.opcode, s.fd, s.addr, s.opFlags, s.userData = opAsyncCancel, -1, ud, cancelAll, udRemove
+	s.opcode, s.flags, s.fd, s.addr, s.opFlags, s.userData = opAsyncCancel, sqeCQESkipSuccess, -1, ud, cancelAll, udRemove
 }
 
 // submit submits what is queued and runs the completions due, without waiting.
@@ -348,18 +352,20 @@ func enterErr(e syscall.Errno) error {
 
 func (r *ring) pending() bool { return *r.cqHead != atomic.LoadUint32(r.cqTail) }
 
-// reap moves up to len(evs) completions into evs as epoll events. A poll that ended (a
-// listener's one-shot one, or a multishot one the kernel stopped) is armed again; one that
-// failed is reported through failed.
-func (r *ring) reap(evs []unix.EpollEvent, failed func(ud uint64, err error)) int {
+// reap moves up to len(evs) completions into evs as epoll events, n of them, and reports
+// how many completions it took off the ring, the ring's own among them (a cancelled
+// poll's last one): a wake-up that brought only those is not an idle one. A poll that
+// ended (a listener's one-shot one, or a multishot one the kernel stopped) is armed
+// again; one that failed is reported through failed.
+func (r *ring) reap(evs []unix.EpollEvent, failed func(ud uint64, err error)) (n, taken int) {
 	head := *r.cqHead
 	tail := atomic.LoadUint32(r.cqTail)
-	n := 0
+	start := head
 	for head != tail && n < len(evs) {
 		c := r.cqes[head&r.cqMask]
 		head++
 		if c.userData == udRemove || c.res == -int32(unix.ECANCELED) {
-			continue // a cancel's own completion, or a poll's last one after its cancel
+			continue // a failed cancel's completion, or a poll's last one after its cancel
 		}
 		reg := r.reg(c.userData)
 		if reg == nil {
@@ -378,7 +384,7 @@ func (r *ring) reap(evs []unix.EpollEvent, failed func(ud uint64, err error)) in
 	}
 	atomic.StoreUint32(r.cqHead, head)
 	r.lastBatch = n
-	return n
+	return n, int(head - start)
 }
 
 // ringUD is the user data of a poll: an epoll event's data, Fd in the low half.
