@@ -45,7 +45,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 		keepAlive:    fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)"),
 		drain:        fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish"),
 		accessLog:    fs.Bool("access-log", true, "log one line per connection"),
-		ioURing:      fs.Bool("io-uring", false, "relay loops wait on io_uring (Linux 6.12+; falls back to epoll, with a warning, where the kernel or a seccomp profile refuses it)"),
+		ioURing:      fs.Bool("io-uring", false, "relay loops wait on io_uring where the kernel allows it (Linux 6.12+, not refused by seccomp or kernel.io_uring_disabled), on epoll otherwise, with a warning"),
 		logFormat:    fs.String("log-format", "text", "log format: json or text"),
 		logLevel:     fs.String("log-level", "info", "log level: debug, info, warn, error"),
 	}

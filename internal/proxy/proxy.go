@@ -313,13 +313,13 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 func (p *Proxy) relay() (*relay.Relay, error) {
 	p.relayOnce.Do(func() {
 		p.relays, p.relayErr = relay.New(0, relay.WithIOURing(p.opts.IOURing))
-		if p.relayErr != nil || !p.opts.IOURing {
+		if p.relayErr != nil {
 			return
 		}
 		if wait, why := p.relays.Wait(); why != nil {
-			p.log.Warn("--io-uring: the kernel refused io_uring, the relay waits on epoll", "wait", wait, "error", why)
+			p.log.Warn("the relay's wait: epoll, io_uring asked for and refused", "wait", wait, "reason", why.Error())
 		} else {
-			p.log.Info("relay waits on io_uring", "wait", wait)
+			p.log.Info("the relay's wait: "+wait, "wait", wait)
 		}
 	})
 	return p.relays, p.relayErr

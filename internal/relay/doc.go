@@ -52,8 +52,8 @@
 // New(n, WithIOURing(true)) has the loops wait on an io_uring instead (Linux 6.12, where
 // neither seccomp nor kernel.io_uring_disabled refuses it; epoll otherwise, and Wait says
 // why): the same sockets, reads and writes, but a busy loop waits for a few completions at
-// once, which costs fewer wake-ups per connection (ring_linux.go has the numbers). It is
-// not the default, as container runtimes' default seccomp profiles refuse io_uring.
+// once, which costs fewer wake-ups (ring_linux.go has the numbers, and why it is not the
+// default: new connections cost more on it in the benchmark machine's slow phases).
 //
 // What wakes a goroutine is not done on a loop but handed to a goroutine of the relay's own
 // (Router.Release, Dial's outcome): a goroutine made runnable on a loop would wait in the

@@ -10,20 +10,23 @@ package relay
 //
 // What it buys is the wait. After a wake-up that brought two completions or more, the
 // loop waits for up to minWaitCount of them or minWaitUsec µs (the ring's min_wait, Linux
-// 6.12), so a busy loop sleeps and wakes less; epoll has no such wait. Measured on the
-// benchmark machine against the epoll loop, in its good phases: CPU per new connection
-// ×0.95–0.97, CPU per request under many connections ×0.90 and requests/s ×1.06, latency
-// ×0.95–0.98; in a slow phase worse, ×0.99–1.18 the CPU and ×0.76–0.88 the rate
-// (bench/results/notes.md, "the loop's wait on an io_uring"). Without the batched wait the
-// ring is even with epoll. Not merged until the batching knows when to stop. A lone connection's messages never wait: one completion ends
-// a wait that did not follow a busy wake-up.
+// 6.12), so a busy loop sleeps and wakes less; epoll has no such wait. A lone connection's
+// messages never wait: one completion ends a wait that did not follow a busy wake-up.
+// Measured on the benchmark machine against the epoll loop, 94 interleaved comparisons of
+// each shape over 75 minutes (bench/results/notes.md, "the loop's wait on an io_uring"):
+// under 50 connections of small requests, CPU per request ×0.91 (in none of the 94 more
+// than ×1.05) and requests/s ×1.05; per new connection CPU ×0.97 and rate ×1.05, but in the
+// machine's slow phases (11 of the 94) ×1.12 the CPU and ×0.79 the rate. Latency even.
+// Without the batched wait the ring is even with epoll. That slow-phase loss is why it is
+// not the default: it pays where connections are long-lived and busy (database sessions).
 //
 // Why written here: the Go io_uring libraries are not among the modules this project can
-// use, and the loop needs only setup, two mapped rings and three opcodes.
+// use, and the loop needs only setup, two mapped rings and two opcodes.
 //
-// Not the default: containerd 2.0's and Docker's default seccomp profiles refuse the
-// io_uring system calls, some distributions disable them (kernel.io_uring_disabled), and
-// min_wait needs 6.12. newRing fails on any of these, and the loop waits on epoll.
+// Where it is refused, the loop waits on epoll: containerd 2.0's and Docker's default
+// seccomp profiles refuse the io_uring system calls, some distributions disable them
+// (kernel.io_uring_disabled), and min_wait needs 6.12. newRing fails on any of these, and
+// Relay.Wait says why.
 
 import (
 	"errors"

@@ -15,12 +15,24 @@ import (
 	"github.com/snigate/snigate/internal/testutil"
 )
 
-// With --io-uring the relay's loops wait on io_uring (the machines this suite runs on
-// allow it): passthrough connections carry their bytes both ways and their client's
-// half-close and reset, and every connection ends, its sockets closed (the ring's polls
-// hold sockets open until taken off).
-func TestIOURing(t *testing.T) {
+// The relay's loops wait on epoll by default and on io_uring with --io-uring (the machines
+// this suite runs on allow it). Either way passthrough connections carry their bytes
+// both ways and their client's half-close and reset, and every connection ends, its
+// sockets closed (a ring's polls hold sockets open until taken off).
+func TestRelayWait(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		wait  string
+		flags []string
+	}{{"io_uring", []string{"--io-uring"}}, {"epoll", nil}} {
+		t.Run(tc.wait, func(t *testing.T) {
+			t.Parallel()
+			testRelayWait(t, tc.wait, tc.flags...)
+		})
+	}
+}
+
+func testRelayWait(t *testing.T, want string, flags ...string) {
 	ca := testutil.NewCA(t)
 	cert := ca.Issue(t, "ring.test")
 	port := testutil.FreePorts(t, 1)[0]
@@ -31,12 +43,15 @@ func TestIOURing(t *testing.T) {
 		routeYAML("route-ring", "tls", []string{"ring.test"}, backendRef{"svc-ring", 1}),
 		serviceYAML("svc-ring", echoPort),
 	))
-	g := startGateway(t, dir, "--io-uring")
+	g := startGateway(t, dir, flags...)
 	rec := g.waitLog(t, "the relay's wait", 1, func(rec map[string]any, raw string) bool {
-		return strings.Contains(raw, "io_uring")
+		return rec["wait"] != nil
 	})
-	if rec["wait"] != "io_uring" {
-		testutil.Require(t, "io_uring with min_wait (Linux 6.12+, allowed by seccomp)", fmt.Errorf("%v", rec))
+	if rec["wait"] != want {
+		if want == "io_uring" {
+			testutil.Require(t, "io_uring with min_wait (Linux 6.12+, allowed by seccomp)", fmt.Errorf("%v", rec))
+		}
+		t.Fatalf("the relay waits on %v, want %s: %v", rec["wait"], want, rec)
 	}
 
 	const (
