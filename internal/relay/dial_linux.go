@@ -148,8 +148,7 @@ func (p *Pair) dial(stopped bool) bool {
 	// moves it on.
 	oerr := &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(p.ep), Err: err}
 	if p.rt != nil {
-		p.unwatch(1)
-		rawClose(p.fd[1]) // also takes it out of the epoll set
+		p.closeSide(1)
 		p.fd[1], p.ownsB = -1, false
 		p.redial(oerr)
 		return false

@@ -153,7 +153,7 @@ func (l *loop) run() {
 		return
 	}
 	timeout, idle, repolls := rawWaitMs, 0, 0
-	yielded := time.Now()
+	y := yielder{at: time.Now()}
 	for !l.closed.Load() {
 		var n int
 		var err error
@@ -176,21 +176,32 @@ func (l *loop) run() {
 			timeout, idle, repolls = rawWaitMs, 0, 0
 		case timeout > 0:
 			idle++
-			runtime.Gosched()
-			yielded = time.Now()
+			y.now()
 			continue
 		default:
 			timeout, repolls = rawWaitMs, 0
 		}
-		// Busy for long: yield before sysmon preempts the loop with a signal (after 10 ms
-		// without a reschedule), which costs the loop a signal and an interrupted wait on top
-		// of what a yield costs (the runtime wakes a thread to look for work). Measured in
-		// the latency test: p99 +50 µs over direct yielding every 8 ms, +53 every 5 ms, +65
-		// preempted by sysmon. (time.Now reads the vDSO clock: tens of nanoseconds a turn.)
-		if now := time.Now(); now.Sub(yielded) > yieldEvery {
-			runtime.Gosched()
-			yielded = now
-		}
+		y.ifBusy()
+	}
+}
+
+// yielder yields the loop's goroutine after an empty bounded wait, and when it has been
+// busy for yieldEvery: before sysmon preempts the loop with a signal (after 10 ms without a
+// reschedule), which costs the loop a signal and an interrupted wait on top of what a
+// yield costs (the runtime wakes a thread to look for work). Measured in the latency test:
+// p99 +50 µs over direct yielding every 8 ms, +53 every 5 ms, +65 preempted by sysmon.
+// (time.Now reads the vDSO clock: tens of nanoseconds a turn.)
+type yielder struct{ at time.Time }
+
+func (y *yielder) now() {
+	runtime.Gosched()
+	y.at = time.Now()
+}
+
+func (y *yielder) ifBusy() {
+	if now := time.Now(); now.Sub(y.at) > yieldEvery {
+		runtime.Gosched()
+		y.at = now
 	}
 }
 
@@ -266,7 +277,7 @@ func (l *loop) turn(n int) bool {
 func (l *loop) runRing() {
 	r := l.ring
 	timeout, idle := rawWaitMs, 0
-	yielded := time.Now()
+	y := yielder{at: time.Now()}
 	for !l.closed.Load() {
 		var err error
 		switch {
@@ -297,15 +308,11 @@ func (l *loop) runRing() {
 			timeout, idle = rawWaitMs, 0
 		case timeout > 0:
 			idle++
-			runtime.Gosched()
-			yielded = time.Now()
+			y.now()
 			continue
 		default:
 			timeout = rawWaitMs
 		}
-		if now := time.Now(); now.Sub(yielded) > yieldEvery {
-			runtime.Gosched()
-			yielded = now
-		}
+		y.ifBusy()
 	}
 }

@@ -375,8 +375,7 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 		if p.broke == uint8(1-i)+1 {
 			rawLingerZero(p.fd[i])
 		}
-		p.unwatch(i)
-		rawClose(p.fd[i])
+		p.closeSide(i)
 	}
 	if errors.Is(err, unix.EAGAIN) {
 		err = nil
@@ -391,10 +390,11 @@ func (p *Pair) finish(err error, outcome string, first byte) {
 	// (Neither: a Dial that failed or was abandoned.)
 }
 
-// unwatch takes side's socket off the loop's ring before it is closed, on the loop: a poll
-// on a ring holds its socket open (closing takes a socket out of an epoll set by itself).
-func (p *Pair) unwatch(side int) {
+// closeSide closes side's socket, on the loop. Closing takes a socket out of an epoll set
+// by itself; a poll on a ring holds it open, so it is taken off the ring first.
+func (p *Pair) closeSide(side int) {
 	if l := p.l; l != nil && l.ring != nil {
 		l.ring.remove(ringUD(p.slot<<1|int32(side), int32(p.gen)))
 	}
+	rawClose(p.fd[side])
 }
