@@ -36,13 +36,8 @@ fuzz FuzzStringsAreSlogs ./internal/accesslog/
 # (conformance runs on its own below: it needs its gate and a machine-wide lock.)
 go test -race -count=1 -timeout 20m $(go list ./... | grep -v '/conformance$')
 # The relay's tests again with its loops waiting on io_uring (serve --io-uring): the run
-# fails if the machine refuses io_uring rather than passing on epoll. Less
-# TestIdleLoopsSleep, which counts the whole test process's context switches: it failed in
-# 2 of 13 runs of this suite on the ring (65-89 against its 60; per thread, a few switches
-# each on many idle runtime threads, which the ring loops' locked threads add to), and in 2
-# of 30 repeated runs on epoll too. So the ring loop's parking goes unchecked until the
-# test counts the loops' own threads rather than the process's.
-SNIGATE_TEST_IO_URING=1 go test -race -count=1 -timeout 10m -skip TestIdleLoopsSleep ./internal/relay
+# fails if the machine refuses io_uring rather than passing on epoll.
+SNIGATE_TEST_IO_URING=1 go test -race -count=1 -timeout 10m ./internal/relay
 # The upstream Gateway API conformance suite v1.6.3 (GATEWAY-TLS, GATEWAY-HTTP, GATEWAY-TCP),
 # twice, each on a fresh kube-apiserver: snigate's controller with its local proxy
 # (TestConformance), then with provisioned data planes (TestConformanceProvisioned);
