@@ -15,24 +15,30 @@ import (
 	"github.com/snigate/snigate/internal/testutil"
 )
 
-// The relay's loops wait on epoll by default and on io_uring with --io-uring (the machines
-// this suite runs on allow it). Either way passthrough connections carry their bytes
-// both ways and their client's half-close and reset, and every connection ends, its
-// sockets closed (a ring's polls hold sockets open until taken off).
+// The relay's loops wait on epoll by default, spinning up to 10 µs (--spin), and on
+// io_uring with --io-uring (the machines this suite runs on allow it). Either way
+// passthrough connections carry their bytes both ways and their client's half-close and
+// reset, and every connection ends, its sockets closed (a ring's polls hold sockets open
+// until taken off).
 func TestRelayWait(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		wait  string
-		flags []string
-	}{{"io_uring", []string{"--io-uring"}}, {"epoll", nil}} {
-		t.Run(tc.wait, func(t *testing.T) {
+		name, wait string
+		spin       any // the log's spin attribute (nil: none)
+		flags      []string
+	}{
+		{"io_uring", "io_uring", nil, []string{"--io-uring"}},
+		{"epoll", "epoll", "10µs", nil},
+		{"epoll-no-spin", "epoll", "0s", []string{"--spin=0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testRelayWait(t, tc.wait, tc.flags...)
+			testRelayWait(t, tc.wait, tc.spin, tc.flags...)
 		})
 	}
 }
 
-func testRelayWait(t *testing.T, want string, flags ...string) {
+func testRelayWait(t *testing.T, want string, spin any, flags ...string) {
 	ca := testutil.NewCA(t)
 	cert := ca.Issue(t, "ring.test")
 	port := testutil.FreePorts(t, 1)[0]
@@ -52,6 +58,9 @@ func testRelayWait(t *testing.T, want string, flags ...string) {
 			testutil.Require(t, "io_uring with min_wait (Linux 6.12+, allowed by seccomp)", fmt.Errorf("%v", rec))
 		}
 		t.Fatalf("the relay waits on %v, want %s: %v", rec["wait"], want, rec)
+	}
+	if rec["spin"] != spin {
+		t.Fatalf("the relay's loops spin %v, want %v: %v", rec["spin"], spin, rec)
 	}
 
 	const (

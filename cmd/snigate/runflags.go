@@ -21,16 +21,17 @@ import (
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/relay"
 )
 
 // runFlags are the flags of every command that runs the data plane (serve, controller,
 // dataplane), registered in one place so that their names, defaults and help stay the same.
 type runFlags struct {
-	admin, metrics, bind                                     *string
-	helloTimeout, dialTimeout, idleTimeout, keepAlive, drain *time.Duration
-	helloMax                                                 *int
-	accessLog, ioURing                                       *bool
-	logFormat, logLevel                                      *string
+	admin, metrics, bind                                           *string
+	helloTimeout, dialTimeout, idleTimeout, keepAlive, drain, spin *time.Duration
+	helloMax                                                       *int
+	accessLog, ioURing                                             *bool
+	logFormat, logLevel                                            *string
 }
 
 func addRunFlags(fs *flag.FlagSet) *runFlags {
@@ -46,6 +47,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 		drain:        fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish"),
 		accessLog:    fs.Bool("access-log", true, "log one line per connection"),
 		ioURing:      fs.Bool("io-uring", false, "relay loops wait on io_uring where the kernel allows it (Linux 6.12+, not refused by seccomp or kernel.io_uring_disabled), on epoll otherwise, with a warning"),
+		spin:         fs.Duration("spin", relay.DefaultSpin, "how long a relay loop that has just worked asks again without waiting before it sleeps, when such spins have been paying: fewer wake-ups for the CPUs that send to it under many busy connections, at up to this much CPU per spin that finds nothing (0: never spin; epoll loops only)"),
 		logFormat:    fs.String("log-format", "text", "log format: json or text"),
 		logLevel:     fs.String("log-level", "info", "log level: debug, info, warn, error"),
 	}
@@ -67,7 +69,7 @@ func (f *runFlags) newProxy(m *metrics.Metrics, lg *logs) *proxy.Proxy {
 	return proxy.New(proxy.Options{
 		HelloTimeout: *f.helloTimeout, HelloMaxBytes: *f.helloMax, DialTimeout: *f.dialTimeout,
 		IdleTimeout: *f.idleTimeout, KeepAlive: *f.keepAlive, AccessLog: lg.access, IOURing: *f.ioURing,
-		Metrics: m, Logger: lg.log,
+		Spin: spinOption(*f.spin), Metrics: m, Logger: lg.log,
 	})
 }
 
@@ -157,4 +159,13 @@ func adminAuthFlag(fs *flag.FlagSet) func(rc *rest.Config) (func(http.Handler) (
 		}
 		return nil, fmt.Errorf("--admin-auth %q: want none or kubernetes", *mode)
 	}
+}
+
+// spinOption turns --spin into proxy.Options.Spin, where 0 means the default: --spin=0
+// turns spinning off.
+func spinOption(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

@@ -82,6 +82,10 @@ type Options struct {
 	// IOURing has the relay's loops wait on io_uring where the kernel allows it, epoll
 	// otherwise (relay.WithIOURing); the log says which at the first listener.
 	IOURing bool
+	// Spin is how long a relay loop that has just worked asks again without waiting before
+	// it sleeps, when such spins have been paying (relay.WithSpin): 0 is the relay's default
+	// (10 µs), negative never spins.
+	Spin time.Duration
 
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
@@ -312,14 +316,23 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // time.
 func (p *Proxy) relay() (*relay.Relay, error) {
 	p.relayOnce.Do(func() {
-		p.relays, p.relayErr = relay.New(0, relay.WithIOURing(p.opts.IOURing))
+		spin := relay.DefaultSpin
+		if p.opts.Spin != 0 {
+			spin = p.opts.Spin
+		}
+		p.relays, p.relayErr = relay.New(0, relay.WithIOURing(p.opts.IOURing), relay.WithSpin(spin))
 		if p.relayErr != nil {
 			return
 		}
-		if wait, why := p.relays.Wait(); why != nil {
-			p.log.Warn("the relay's wait: epoll, io_uring asked for and refused", "wait", wait, "reason", why.Error())
+		wait, why := p.relays.Wait()
+		attrs := []any{"wait", wait}
+		if wait == "epoll" { // loops on io_uring batch their waits instead of spinning
+			attrs = append(attrs, "spin", max(spin, 0).String())
+		}
+		if why != nil {
+			p.log.Warn("the relay's wait: epoll, io_uring asked for and refused", append(attrs, "reason", why.Error())...)
 		} else {
-			p.log.Info("the relay's wait: "+wait, "wait", wait)
+			p.log.Info("the relay's wait: "+wait, attrs...)
 		}
 	})
 	return p.relays, p.relayErr

@@ -39,7 +39,8 @@ type loop struct {
 	// ring_linux.go). Set by the loop's goroutine before New returns, never changed after.
 	ring     *ring
 	wantRing bool
-	started  chan error // the loop's goroutine reports here why it waits on epoll, or nil
+	spin     time.Duration // WithSpin; set before the loop starts
+	started  chan error    // the loop's goroutine reports here why it waits on epoll, or nil
 }
 
 func newLoop() (*loop, error) {
@@ -154,6 +155,7 @@ func (l *loop) run() {
 	}
 	timeout, idle, repolls := rawWaitMs, 0, 0
 	y := yielder{at: time.Now()}
+	sp := newSpinner(l.spin)
 	for !l.closed.Load() {
 		var n int
 		var err error
@@ -166,6 +168,9 @@ func (l *loop) run() {
 			n = 0 // EINTR: a signal, the runtime's preemption among them
 		}
 		more := l.turn(n)
+		if n > 0 {
+			sp.found()
+		}
 		switch {
 		case more:
 			timeout, idle, repolls = 0, 0, 0 // ask again at once
@@ -174,12 +179,18 @@ func (l *loop) run() {
 			repolls++
 		case n > 0 || err != nil:
 			timeout, idle, repolls = rawWaitMs, 0, 0
+			if n > 0 && sp.begin() {
+				timeout = 0 // spin
+			}
 		case timeout > 0:
 			idle++
 			y.now()
 			continue
-		default:
+		default: // an ask without waiting (a repoll or a spin) found nothing
 			timeout, repolls = rawWaitMs, 0
+			if sp.empty() {
+				timeout = 0
+			}
 		}
 		y.ifBusy()
 	}

@@ -56,8 +56,7 @@ type Relay struct {
 // 6.12, io_uring not refused by seccomp or kernel.io_uring_disabled) and on epoll
 // otherwise; Wait tells which, and why.
 func New(n int, opts ...Option) (*Relay, error) {
-	var o settings
-	o.ring = defaultIOURing
+	o := settings{ring: defaultIOURing, spin: DefaultSpin}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -82,6 +81,7 @@ func New(n int, opts ...Option) (*Relay, error) {
 		}
 		l.r = r
 		l.wantRing = o.ring
+		l.spin = o.spin
 		r.loops = append(r.loops, l)
 	}
 	reserveProcs(len(r.loops))
@@ -103,11 +103,23 @@ func New(n int, opts ...Option) (*Relay, error) {
 // Option changes how New makes a Relay.
 type Option func(*settings)
 
-type settings struct{ ring bool }
+type settings struct {
+	ring bool
+	spin time.Duration
+}
 
 // WithIOURing has the loops wait on io_uring instead of epoll where the kernel allows it
 // (see ring_linux.go for what it buys and why it is not the default).
 func WithIOURing(on bool) Option { return func(s *settings) { s.ring = on } }
+
+// WithSpin sets how long a loop that has just worked asks its epoll set again without
+// waiting before it sleeps, when such spins have been paying (spin_linux.go): DefaultSpin
+// unless set; 0 or less never spins. Loops waiting on io_uring batch their waits instead
+// and do not spin.
+func WithSpin(d time.Duration) Option { return func(s *settings) { s.spin = max(d, 0) } }
+
+// DefaultSpin is WithSpin's default.
+const DefaultSpin = 10 * time.Microsecond
 
 // defaultIOURing is WithIOURing's default; the package's tests set it from
 // SNIGATE_TEST_IO_URING to run every test on both waits.

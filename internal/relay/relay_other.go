@@ -29,6 +29,12 @@ type Option func()
 // WithIOURing does nothing off Linux.
 func WithIOURing(bool) Option { return func() {} }
 
+// WithSpin does nothing off Linux.
+func WithSpin(time.Duration) Option { return func() {} }
+
+// DefaultSpin is WithSpin's default on Linux.
+const DefaultSpin = 10 * time.Microsecond
+
 // Wait names nothing off Linux.
 func (*Relay) Wait() (string, error) { return "", errNotLinux }
 
