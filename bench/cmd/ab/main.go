@@ -20,9 +20,12 @@
 // harness runs it), term (full TLS 1.3 handshakes on a terminate listener, each followed by a
 // 16-byte echo to a plaintext backend; haproxy, nginx and snigate only). --access-log turns
 // on every proxy's access log, written as the harness's "logs" test writes it (haproxy,
-// nginx and snigate only; sniproxy logs to syslog only).
-// Besides each test's own numbers it reports the proxy's CPU time and its context switches
-// (voluntary and not, from /proc) per operation. --syscalls adds its system calls and epoll
+// nginx and snigate only; sniproxy logs to syslog only). --warm N passes N new connections
+// through every proxy before the first round, unmeasured: a fresh snigate writes its first
+// 64 MiB of garbage to pages the kernel has to fault in (serve's collector headroom), a
+// process that has served a while reuses them.
+// Besides each test's own numbers it reports the proxy's CPU time, its context switches
+// (voluntary and not, from /proc) and its page faults per operation. --syscalls adds its system calls and epoll
 // waits per operation (perf stat; counting slows every call, so it shifts the rates of the
 // proxies that make more). --cpu0, for rr, pg and pgs, whose rate CPU 0 bounds, counts CPU
 // 0's context switches and the inter-processor interrupts it sends per operation ("cpu0
@@ -97,6 +100,8 @@ func main() {
 	proxyCPUs := flag.String("proxy-cpus", "", "move each proxy to these CPUs while it is measured (taskset list; default: CPU 1, CPU 0 for latency)")
 	keep := flag.Bool("keep", false, "keep the work folder")
 	accessLog := flag.Bool("access-log", false, "every proxy with its access log on (haproxy, nginx, snigate)")
+	warm := flag.Int("warm", 0, "before the first round, pass this many new connections through every proxy, unmeasured (a process that has served a while: snigate's heap past its first collection)")
+	warmOnly := flag.String("warm-only", "", "with --warm: warm up only these targets (comma-separated names), so that one run compares a fresh process with a warmed one")
 	flag.Parse()
 	if *loadgen == "" || *backend == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: ab --loadgen BIN --backend BIN [--test T] [--rounds N] TARGET...")
@@ -248,6 +253,18 @@ func main() {
 		targets = append(targets, t)
 	}
 
+	if *warm > 0 {
+		for _, t := range targets {
+			if t.proc == nil || *warmOnly != "" && !slices.Contains(strings.Split(*warmOnly, ","), t.name) {
+				continue
+			}
+			var cr load.ConnsResult
+			if err := runLoadgen(*loadgen, &cr, "conns", "--addr", t.spec.Pass, "--sni", sniEcho, "-n", strconv.Itoa(*warm), "-c", "16", "--max", "240s"); err != nil {
+				log.Fatalf("%s: warm-up: %v", t.name, err)
+			}
+			log.Printf("%s: warmed up with %d connections", t.name, cr.OK)
+		}
+	}
 	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys, cpu0: *cpu0, profile: *profile, work: work, proxyCPUs: *proxyCPUs}
 	results := map[string][]sample{}
 	for r := range *rounds {
@@ -377,14 +394,14 @@ func (m *measurer) measure(t *target) (sample, error) {
 			return nil, err
 		}
 	}
-	cpu0, cs0, busy0, us0 := procstat.CPU(tree), switches(tree), cpuBusy(), procstat.UserSys(tree)
+	cpu0, cs0, busy0, us0, pf0 := procstat.CPU(tree), switches(tree), cpuBusy(), procstat.UserSys(tree), procstat.Faults(tree)
 	if run == nil {
 		run = func() error { return runLoadgen(m.loadgen, out, args...) }
 	}
 	if err := run(); err != nil {
 		return nil, err
 	}
-	cpu, cs, busy := procstat.CPU(tree)-cpu0, switches(tree)-cs0, cpuBusy()
+	cpu, cs, busy, pf := procstat.CPU(tree)-cpu0, switches(tree)-cs0, cpuBusy(), procstat.Faults(tree)-pf0
 	// The kernel's share scales the precise schedstat CPU into "kernel/op", since utime and
 	// stime come in 10 ms ticks. A lower bound: a tick that falls due while the kernel
 	// returns from a system call counts as user time (a profile tells them apart:
@@ -447,6 +464,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 		s["cpu/op "+unit] = float64(cpu) / scale / ops
 		s["kernel/op "+unit] = s["cpu/op "+unit] * kernel
 		s["cs/op"] = float64(cs) / ops
+		s["faults/op"] = float64(pf) / ops
 		for k, v := range sys {
 			s[k+"/op"] = v / ops
 		}
