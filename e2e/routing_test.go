@@ -211,9 +211,8 @@ func TestTerminate(t *testing.T) {
 	})
 
 	// Terminating allocates tens of KiB per handshake: the serving process paces its
-	// collector with a headroom over its small live heap that follows the allocation rate
-	// (GOGC set after each collection, up to 1600 for 64 MiB over the runtime's 4 MiB
-	// minimum), not Go's default of 100.
+	// collector with a headroom over its small live heap (GOGC set after each collection,
+	// up to 1600 for 64 MiB over the runtime's 4 MiB minimum), not Go's default of 100.
 	t.Run("collector paced", func(t *testing.T) {
 		deadline := time.Now().Add(waitTimeout)
 		for {

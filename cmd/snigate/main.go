@@ -264,14 +264,12 @@ func firstLoadPrefault(configBytes, heapLimit int64) int64 {
 	return n
 }
 
-// paceGC gives the collector of a serving process a headroom over the live heap that
-// follows the allocation rate (package gcpace), up to 64 MiB, or an eighth of the cgroup's
-// memory limit when that is lower. Terminated TLS allocates tens of KiB per handshake, and
-// over a live heap of a few MiB Go's default collected dozens of times a second under load,
-// a tenth of the CPU per handshake; relayed connections allocate a few hundred bytes each,
-// and a heap that grows for them into 64 MiB of fresh pages pays a page fault per 4 KiB.
-// GOGC or GOMEMLIMIT in the environment leave the collector as the user set it. It returns
-// the function that stops the pacing.
+// paceGC gives the collector of a serving process a headroom over the live heap (package
+// gcpace): 64 MiB, or an eighth of the cgroup's memory limit when that is lower. Terminated
+// TLS allocates tens of KiB per handshake, and over a live heap of a few MiB Go's default
+// collected dozens of times a second under load, a tenth of the CPU per handshake. GOGC or
+// GOMEMLIMIT in the environment leave the collector as the user set it. It returns the
+// function that stops the pacing.
 func paceGC() (stop func()) {
 	if userSetGC() {
 		return func() {}
