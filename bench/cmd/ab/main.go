@@ -23,11 +23,11 @@
 // nginx and snigate only; sniproxy logs to syslog only). --warm N passes N new connections
 // through every proxy before the first round, unmeasured: a fresh snigate writes its first
 // 64 MiB of garbage to pages the kernel has to fault in (serve's collector headroom), a
-// process that has served a while reuses them.
+// process that has served a while reuses them (--warm-only NAME,... warms only those).
 // Besides each test's own numbers it reports the proxy's CPU time, its context switches
-// (voluntary and not, from /proc) and its page faults per operation. --syscalls adds its system calls and epoll
-// waits per operation (perf stat; counting slows every call, so it shifts the rates of the
-// proxies that make more). --cpu0, for rr, pg and pgs, whose rate CPU 0 bounds, counts CPU
+// (voluntary and not, from /proc) and its page faults per operation. --syscalls adds its
+// system calls and epoll waits per operation (perf stat; counting slows every call, so it
+// shifts the rates of the proxies that make more). --cpu0, for rr, pg and pgs, whose rate CPU 0 bounds, counts CPU
 // 0's context switches and the inter-processor interrupts it sends per operation ("cpu0
 // cs/op", "cpu0 IPIs/op"): a proxy whose loop sleeps is woken by an IPI from the client's or
 // the backend's CPU, which pays for it. --profile records each proxy with perf while it is

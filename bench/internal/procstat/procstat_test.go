@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -41,5 +42,24 @@ func TestOwnProcess(t *testing.T) {
 	_ = x
 	if RSS([]int{os.Getpid()}) <= 0 {
 		t.Fatal("no RSS")
+	}
+}
+
+// Faults counts the first writes to fresh pages: 256 of them, one per page of a new
+// anonymous mapping, and a field read off by one (cminflt, a time) would not follow them.
+func TestFaults(t *testing.T) {
+	const pages = 256
+	b, err := syscall.Mmap(-1, 0, pages*4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(b)
+	pid := []int{os.Getpid()}
+	before := Faults(pid)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	if got := Faults(pid) - before; got < pages || got > pages+200 {
+		t.Fatalf("%d page faults for %d fresh pages written", got, pages)
 	}
 }
