@@ -103,6 +103,9 @@ func main() {
 	warm := flag.Int("warm", 0, "before the first round, pass this many new connections through every proxy, unmeasured (a process that has served a while: snigate's heap past its first collection)")
 	warmOnly := flag.String("warm-only", "", "with --warm: warm up only these targets (comma-separated names), so that one run compares a fresh process with a warmed one")
 	flag.Parse()
+	if *warmOnly != "" && *warm == 0 {
+		log.Fatal("--warm-only names the targets --warm warms: give --warm N too")
+	}
 	if *loadgen == "" || *backend == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: ab --loadgen BIN --backend BIN [--test T] [--rounds N] TARGET...")
 		os.Exit(2)

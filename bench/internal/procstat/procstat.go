@@ -109,16 +109,23 @@ func (t Times) KernelShare(before Times) float64 {
 func UserSys(pids []int) Times {
 	var t Times
 	for _, pid := range pids {
-		f := statFields(pid, 13) // utime is field 14 of stat(5), stime 15
-		if f == nil {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		k, _ := strconv.ParseInt(f[12], 10, 64)
+		u, k := statPair(pid, 14, 15) // utime, stime
 		t.User += u * clockTick
 		t.Sys += k * clockTick
 	}
 	return t
+}
+
+// statPair returns fields a and b of pid's /proc/PID/stat (numbered as in stat(5)) as
+// integers, 0 when pid is gone.
+func statPair(pid, a, b int) (int64, int64) {
+	f := statFields(pid, max(a, b)-2)
+	if f == nil {
+		return 0, 0
+	}
+	x, _ := strconv.ParseInt(f[a-3], 10, 64)
+	y, _ := strconv.ParseInt(f[b-3], 10, 64)
+	return x, y
 }
 
 // Faults returns the page faults pids took, minor and major (minflt and majflt of
@@ -129,12 +136,7 @@ func UserSys(pids []int) Times {
 func Faults(pids []int) int64 {
 	var sum int64
 	for _, pid := range pids {
-		f := statFields(pid, 10) // minflt is field 10 of stat(5), majflt 12
-		if f == nil {
-			continue
-		}
-		minor, _ := strconv.ParseInt(f[7], 10, 64)
-		major, _ := strconv.ParseInt(f[9], 10, 64)
+		minor, major := statPair(pid, 10, 12) // minflt, majflt
 		sum += minor + major
 	}
 	return sum
