@@ -17,7 +17,7 @@
 // connections of each shape of load.Shapes, 16 at a time), rr (many connections, small requests), bulk (one download), pg
 // and pgs (pgbench TPC-B-like and -S against a private PostgreSQL on CPU 0, through
 // snigate's SSLRequest bridge and through HAProxy and nginx forwarding plain TCP, as the
-// harness runs it), term (full TLS 1.3 handshakes on a terminate listener, each followed by a
+// harness runs it; with each SQL statement's mean latency, from pgbench -r), term (full TLS 1.3 handshakes on a terminate listener, each followed by a
 // 16-byte echo to a plaintext backend; haproxy, nginx and snigate only). --access-log turns
 // on every proxy's access log, written as the harness's "logs" test writes it (haproxy,
 // nginx and snigate only; sniproxy logs to syslog only). --warm N passes N new connections
@@ -329,6 +329,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 	var rr load.RRResult
 	var bulk load.BulkResult
 	var tps float64
+	var stmts map[string]float64
 	var run func() error // the measured work: the load generator unless a test sets it
 	switch m.test {
 	case "pg", "pgs":
@@ -341,7 +342,7 @@ func (m *measurer) measure(t *target) (sample, error) {
 			port, _ = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:])
 		}
 		run = func() (err error) {
-			tps, err = pgbench(port, m.test == "pgs")
+			tps, stmts, err = pgbench(port, m.test == "pgs")
 			return err
 		}
 	case "latency":
@@ -447,6 +448,9 @@ func (m *measurer) measure(t *target) (sample, error) {
 		ops = float64(bulk.Bytes) / (1 << 30)
 	case "pg", "pgs":
 		s["tps"] = tps
+		for k, v := range stmts {
+			s["stmt "+k+" ms"] = v
+		}
 		ops = tps * pgSeconds
 	}
 	if ops > 0 && cpu0Bound(m.test) {
@@ -691,25 +695,72 @@ var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection tim
 const pgSeconds = 3
 
 // pgbench runs pgbench for pgSeconds against port (8 clients, 2 threads, TLS), on CPU 0.
-func pgbench(port int, selectOnly bool) (float64, error) {
+// Besides the rate it returns each SQL statement's mean latency in ms (pgbench -r), keyed
+// by statementKey: what a client waits per statement through the proxy under this load,
+// where the rate alone mixes the turn-arounds with the time transactions wait on each
+// other's row locks.
+func pgbench(port int, selectOnly bool) (float64, map[string]float64, error) {
 	bin, err := pgsrv.Pgbench()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	args := []string{"-c", "0", bin, "-n", "-c", "8", "-j", "2", "-T", strconv.Itoa(pgSeconds)}
+	args := []string{"-c", "0", bin, "-n", "-r", "-c", "8", "-j", "2", "-T", strconv.Itoa(pgSeconds)}
 	if selectOnly {
 		args = append(args, "-S")
 	}
 	args = append(args, pgsrv.ConnString(sniPG, "127.0.0.1", port))
 	out, err := exec.Command("taskset", args...).CombinedOutput()
 	if err != nil {
-		return 0, fmt.Errorf("pgbench: %v: %s", err, out)
+		return 0, nil, fmt.Errorf("pgbench: %v: %s", err, out)
 	}
 	m := tpsRE.FindStringSubmatch(string(out))
 	if m == nil {
-		return 0, fmt.Errorf("no tps in: %s", out)
+		return 0, nil, fmt.Errorf("no tps in: %s", out)
 	}
-	return strconv.ParseFloat(m[1], 64)
+	tps, err := strconv.ParseFloat(m[1], 64)
+	return tps, statementLatencies(string(out)), err
+}
+
+// statementLatencies reads the per-statement report of pgbench -r: after its heading, a
+// line per command with the mean latency in ms first (and, since PostgreSQL 15, the
+// failures next). Meta-commands (\set) are left out.
+func statementLatencies(out string) map[string]float64 {
+	_, report, ok := strings.Cut(out, "statement latencies in milliseconds")
+	if !ok {
+		return nil
+	}
+	lat := map[string]float64{}
+	for _, line := range strings.Split(report, "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		ms, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			break // the report ended
+		}
+		cmd := f[1:]
+		if _, err := strconv.Atoi(cmd[0]); err == nil && len(cmd) > 1 {
+			cmd = cmd[1:] // the failures column
+		}
+		if strings.HasPrefix(cmd[0], "\\") {
+			continue
+		}
+		lat[statementKey(cmd)] = ms
+	}
+	return lat
+}
+
+// statementKey names a statement by its verb and the first pgbench table it names:
+// "UPDATE pgbench_branches", "SELECT pgbench_accounts", "BEGIN".
+func statementKey(words []string) string {
+	verb := strings.ToUpper(strings.TrimSuffix(words[0], ";"))
+	for _, w := range words[1:] {
+		if strings.HasPrefix(w, "pgbench_") {
+			return verb + " " + strings.TrimRight(w, ";")
+		}
+	}
+	return verb
 }
 
 func median(v []float64) float64 {
