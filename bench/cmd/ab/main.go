@@ -33,7 +33,9 @@
 // the backend's CPU, which pays for it. --profile records each proxy with perf while it is
 // measured and adds its CPU per operation by kind of work ("prof accept µs", "prof send
 // µs", ...; bench/internal/kprofile), the kernel's sorted by system call: the table that
-// shows where two proxies' costs for the same connections differ. Needs root for nothing
+// shows where two proxies' costs for the same connections differ. --profile-cpu0, for rr, pg and pgs,
+// does the same for CPU 0 as a whole, the clients' and the backend's work, idle left out
+// ("cpu0 prof send µs", ...): what a proxy makes the CPU that bounds their rate do. Needs root for nothing
 // but the peers' default paths; runs as any user that may start them.
 package main
 
@@ -96,6 +98,7 @@ func main() {
 	flags := flag.String("snigate-flags", "", "extra serve flags for every snigate target, space-separated")
 	sys := flag.Bool("syscalls", false, "count each proxy's system calls and epoll waits per operation (perf stat)")
 	cpu0 := flag.Bool("cpu0", false, "rr, pg, pgs: count CPU 0's context switches and the IPIs it sends per operation (perf stat -a -C 0)")
+	profileCPU0 := flag.Bool("profile-cpu0", false, "rr, pg, pgs: profile CPU 0, where the clients and the backend run, while each proxy is measured (perf record -a -C 0 -g, idle left out) and report CPU 0's time per operation by kind of work (\"cpu0 prof ...\")")
 	profile := flag.Bool("profile", false, "profile each proxy while it is measured (perf record -g) and report its CPU per operation by kind of work; the sampling costs every proxy CPU of its own, so compare proxies within one run")
 	proxyCPUs := flag.String("proxy-cpus", "", "move each proxy to these CPUs while it is measured (taskset list; default: CPU 1, CPU 0 for latency)")
 	keep := flag.Bool("keep", false, "keep the work folder")
@@ -268,7 +271,7 @@ func main() {
 			log.Printf("%s: warmed up with %d connections", t.name, cr.OK)
 		}
 	}
-	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys, cpu0: *cpu0, profile: *profile, work: work, proxyCPUs: *proxyCPUs}
+	m := &measurer{loadgen: *loadgen, test: *test, n: *n, conc: *conc, rrTime: *rrTime, ports: ports, syscalls: *sys, cpu0: *cpu0, profile: *profile, profileCPU0: *profileCPU0, work: work, proxyCPUs: *proxyCPUs}
 	results := map[string][]sample{}
 	for r := range *rounds {
 		k := r % len(targets)
@@ -286,16 +289,18 @@ func main() {
 }
 
 type measurer struct {
-	syscalls  bool
-	cpu0      bool
-	profile   bool
-	work      string // where --profile's recordings go
-	proxyCPUs string
-	loadgen   string
-	test      string
-	n, conc   int
-	rrTime    time.Duration
-	ports     map[string]int
+	syscalls bool
+	cpu0     bool
+	profile  bool
+	// profileCPU0: record CPU 0 as a whole (rr, pg, pgs), the clients' and backend's work.
+	profileCPU0 bool
+	work        string // where --profile's recordings go
+	proxyCPUs   string
+	loadgen     string
+	test        string
+	n, conc     int
+	rrTime      time.Duration
+	ports       map[string]int
 }
 
 func (m *measurer) measure(t *target) (sample, error) {
@@ -394,7 +399,13 @@ func (m *measurer) measure(t *target) (sample, error) {
 	}
 	var prof func() (kprofile.Counts, error)
 	if m.profile && pid > 0 {
-		if prof, err = perfRecord(tree, filepath.Join(m.work, t.name+".perf.data")); err != nil {
+		if prof, err = perfRecord([]string{"-p", pidList(tree)}, filepath.Join(m.work, t.name+".perf.data")); err != nil {
+			return nil, err
+		}
+	}
+	var prof0 func() (kprofile.Counts, error)
+	if m.profileCPU0 && cpu0Bound(m.test) {
+		if prof0, err = perfRecord([]string{"-a", "-C", "0"}, filepath.Join(m.work, t.name+".cpu0.perf.data"), "swapper"); err != nil {
 			return nil, err
 		}
 	}
@@ -418,9 +429,14 @@ func (m *measurer) measure(t *target) (sample, error) {
 	if cpu0Counts != nil {
 		sys0 = cpu0Counts()
 	}
-	var classes kprofile.Counts
+	var classes, classes0 kprofile.Counts
 	if prof != nil {
 		if classes, err = prof(); err != nil {
+			return nil, err
+		}
+	}
+	if prof0 != nil {
+		if classes0, err = prof0(); err != nil {
 			return nil, err
 		}
 	}
@@ -460,6 +476,11 @@ func (m *measurer) measure(t *target) (sample, error) {
 		s["cpu0/op µs"] = (busy[0] - busy0[0]) / ops * 1e6
 		for k, v := range sys0 {
 			s[k+"/op"] = v / ops
+		}
+		if prof0 != nil {
+			for _, class := range kprofile.Classes {
+				s["cpu0 prof "+class+" µs"] = float64(classes0.ByClass[class]) / profileHz * 1e6 / ops
+			}
 		}
 	}
 	if pid > 0 && ops > 0 {
@@ -503,10 +524,12 @@ func diedOf(err error, sig syscall.Signal) bool {
 // that the samples do not fall in step with timer work.
 const profileHz = 3999
 
-// perfRecord starts recording the threads of pids with call graphs into file; the function
-// it returns stops the recording and sorts its samples (kprofile).
-func perfRecord(pids []int, file string) (func() (kprofile.Counts, error), error) {
-	cmd := exec.Command("perf", "record", "-q", "-g", "-F", strconv.Itoa(profileHz), "-p", pidList(pids), "-o", file)
+// perfRecord starts recording what target names (perf's "-p PIDS" or "-a -C CPU") with call
+// graphs into file; the function it returns stops the recording and sorts its samples
+// (kprofile), leaving out those of the commands in skip.
+func perfRecord(target []string, file string, skip ...string) (func() (kprofile.Counts, error), error) {
+	args := append([]string{"record", "-q", "-g", "-F", strconv.Itoa(profileHz)}, target...)
+	cmd := exec.Command("perf", append(args, "-o", file)...)
 	var errOut strings.Builder
 	cmd.Stderr = &errOut
 	if err := cmd.Start(); err != nil {
@@ -529,7 +552,7 @@ func perfRecord(pids []int, file string) (func() (kprofile.Counts, error), error
 		if err := script.Start(); err != nil {
 			return kprofile.Counts{}, fmt.Errorf("perf script: %w", err)
 		}
-		c, rerr := kprofile.Read(out)
+		c, rerr := kprofile.ReadExcept(out, skip...)
 		io.Copy(io.Discard, out)
 		if err := script.Wait(); err != nil {
 			return c, fmt.Errorf("perf script: %v: %s", err, scriptErr.String())

@@ -18,6 +18,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -58,7 +59,11 @@ type Counts struct {
 // Read counts the samples of `perf script -F comm,ip,sym,dso` output (call graphs
 // recorded with -g): one header line per sample, then its frames, innermost first, each on
 // a line of its own that starts with white space; a blank line ends the sample.
-func Read(r io.Reader) (Counts, error) {
+func Read(r io.Reader) (Counts, error) { return ReadExcept(r) }
+
+// ReadExcept is Read leaving out the samples of the commands named in skip: "swapper", the
+// idle task, for a recording of a whole CPU (perf record -a -C N).
+func ReadExcept(r io.Reader, skip ...string) (Counts, error) {
 	c := Counts{ByClass: map[string]int{}}
 	var frames []frame
 	in := false
@@ -71,14 +76,19 @@ func Read(r io.Reader) (Counts, error) {
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	skipping := false
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		switch {
 		case strings.TrimSpace(line) == "":
 			end()
+			skipping = false
 		case line[0] != ' ' && line[0] != '\t':
 			end() // a header: the sample's comm
-			in = true
+			f := strings.Fields(line)
+			skipping = len(f) > 0 && slices.Contains(skip, f[0])
+			in = !skipping
+		case skipping:
 		default:
 			f, err := parseFrame(line)
 			if err != nil {

@@ -76,3 +76,24 @@ func TestReadRejectsBadFrames(t *testing.T) {
 		}
 	}
 }
+
+// A recording of a whole CPU has the idle task's samples too; ReadExcept leaves them out,
+// and the sample after a skipped one still counts.
+func TestReadExceptSkipsCommands(t *testing.T) {
+	b, err := os.ReadFile("testdata/sample.perf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := strings.Split(strings.TrimSpace(string(b)), "\n\n")[0]
+	_, frames, _ := strings.Cut(one, "\n")
+	idle := "swapper     0 [000]\n" + frames
+	in := idle + "\n\n" + one + "\n\n" + idle + "\n"
+	all, err := Read(strings.NewReader(in))
+	if err != nil || all.Total != 3 {
+		t.Fatalf("Read: %d samples, %v; want 3", all.Total, err)
+	}
+	busy, err := ReadExcept(strings.NewReader(in), "swapper")
+	if err != nil || busy.Total != 1 {
+		t.Fatalf("ReadExcept: %d samples, %v; want 1", busy.Total, err)
+	}
+}
