@@ -14,29 +14,31 @@
 // per-round ratios to the first proxy target.
 //
 // Tests: latency (one connection, 64-byte round trips), conns, tiny, fin, last (new
-// connections of each shape of load.Shapes, 16 at a time), rr (many connections, small requests), bulk (one download), pg
-// and pgs (pgbench TPC-B-like and -S against a private PostgreSQL on CPU 0, through
-// snigate's SSLRequest bridge and through HAProxy and nginx forwarding plain TCP, as the
-// harness runs it; with each SQL statement's mean latency, from pgbench -r), term (full TLS 1.3 handshakes on a terminate listener, each followed by a
-// 16-byte echo to a plaintext backend; haproxy, nginx and snigate only). --access-log turns
-// on every proxy's access log, written as the harness's "logs" test writes it (haproxy,
-// nginx and snigate only; sniproxy logs to syslog only). --warm N passes N new connections
-// through every proxy before the first round, unmeasured: a fresh snigate writes its first
-// 64 MiB of garbage to pages the kernel has to fault in (serve's collector headroom), a
-// process that has served a while reuses them (--warm-only NAME,... warms only those).
-// Besides each test's own numbers it reports the proxy's CPU time, its context switches
-// (voluntary and not, from /proc) and its page faults per operation. --syscalls adds its
-// system calls and epoll waits per operation (perf stat; counting slows every call, so it
-// shifts the rates of the proxies that make more). --cpu0, for rr, pg and pgs, whose rate CPU 0 bounds, counts CPU
-// 0's context switches and the inter-processor interrupts it sends per operation ("cpu0
-// cs/op", "cpu0 IPIs/op"): a proxy whose loop sleeps is woken by an IPI from the client's or
-// the backend's CPU, which pays for it. --profile records each proxy with perf while it is
-// measured and adds its CPU per operation by kind of work ("prof accept µs", "prof send
-// µs", ...; bench/internal/kprofile), the kernel's sorted by system call: the table that
-// shows where two proxies' costs for the same connections differ. --profile-cpu0, for rr, pg and pgs,
+// connections of each shape of load.Shapes, 16 at a time), rr (many connections, small
+// requests), bulk (one download), pg and pgs (pgbench TPC-B-like and -S against a private
+// PostgreSQL on CPU 0, through snigate's SSLRequest bridge and through HAProxy and nginx
+// forwarding plain TCP, as the harness runs it; with each SQL statement's mean latency,
+// from pgbench -r), term (full TLS 1.3 handshakes on a terminate listener, each followed
+// by a 16-byte echo to a plaintext backend; haproxy, nginx and snigate only). --access-log
+// turns on every proxy's access log, written as the harness's "logs" test writes it
+// (haproxy, nginx and snigate only; sniproxy logs to syslog only). --warm N passes N new
+// connections through every proxy before the first round, unmeasured: a fresh snigate
+// writes its first 64 MiB of garbage to pages the kernel has to fault in (serve's
+// collector headroom), a process that has served a while reuses them (--warm-only NAME,...
+// warms only those). Besides each test's own numbers it reports the proxy's CPU time, its
+// context switches (voluntary and not, from /proc) and its page faults per operation.
+// --syscalls adds its system calls and epoll waits per operation (perf stat; counting
+// slows every call, so it shifts the rates of the proxies that make more). --cpu0, for rr,
+// pg and pgs, whose rate CPU 0 bounds, counts CPU 0's context switches and the
+// inter-processor interrupts it sends per operation ("cpu0 cs/op", "cpu0 IPIs/op"): a
+// proxy whose loop sleeps is woken by an IPI from the client's or the backend's CPU, which
+// pays for it. --profile records each proxy with perf while it is measured and adds its
+// CPU per operation by kind of work ("prof accept µs", "prof send µs", ...;
+// bench/internal/kprofile), the kernel's sorted by system call: the table that shows where
+// two proxies' costs for the same connections differ. --profile-cpu0, for rr, pg and pgs,
 // does the same for CPU 0 as a whole, the clients' and the backend's work, idle left out
-// ("cpu0 prof send µs", ...): what a proxy makes the CPU that bounds their rate do. Needs root for nothing
-// but the peers' default paths; runs as any user that may start them.
+// ("cpu0 prof send µs", ...): what a proxy makes the CPU that bounds their rate do. Needs
+// root for nothing but the peers' default paths; runs as any user that may start them.
 package main
 
 import (
