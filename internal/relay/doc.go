@@ -50,10 +50,11 @@
 // so a new connection wakes one loop, which keeps what it accepts.
 //
 // A loop that has just worked may ask its set again without waiting for up to 10 µs
-// before it sleeps (WithSpin), while such spins have been finding events: under many busy
-// connections that spares the CPUs sending to the loop a wake-up each, which bound the
-// rate when they are the busy ones; new connections, whose events come further apart,
-// mostly do not spin (spin_linux.go has the rule and the numbers).
+// before it sleeps (WithSpin), while such spins have been paying (finding events soon
+// enough to cost less than the sleep and wake-up they spare): under many busy connections
+// that spares the CPUs sending to the loop a wake-up each, which bound the rate when they
+// are the busy ones; new connections, whose events come further apart, and a loop sharing
+// its CPU with its clients mostly do not spin (spin_linux.go has the rule and the numbers).
 //
 // New(n, WithIOURing(true)) has the loops wait on an io_uring instead (Linux 6.12, where
 // neither seccomp nor kernel.io_uring_disabled refuses it; epoll otherwise, and Wait says
