@@ -167,10 +167,10 @@ func (l *loop) run() {
 		if err != nil {
 			n = 0 // EINTR: a signal, the runtime's preemption among them
 		}
-		more := l.turn(n)
 		if n > 0 {
-			sp.found()
+			sp.found() // before the work: a spin is judged by when its events came
 		}
+		more := l.turn(n)
 		switch {
 		case more:
 			timeout, idle, repolls = 0, 0, 0 // ask again at once
