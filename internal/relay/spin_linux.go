@@ -41,13 +41,13 @@ import "time"
 // switched 0.46 times per new connection against 1.5 without spins) and a new connection
 // cost ×1.10 the CPU of the loop without spins (52.2 against 47.2 µs); with the proxy on its
 // clients' CPU (the latency test), where a spin can find events only once preempted, each
-// try could hold the CPU its clients needed for up to the budget: p99 38.1 against 29.5 µs
-// added. With the rules above, against the old ones (ab, interleaved rounds, per-round
+// try could hold the CPU its clients needed for up to the budget: p99 38.1 against 29.5 µs.
+// With the rules above, against the old ones (ab, interleaved rounds, per-round
 // medians; the loop without spins in brackets): new connections ×0.864 (×0.847), the tiny
 // shape ×0.900 (×0.868), the fin shape ×0.984 (×0.960), ping-pong CPU ×0.870 (×0.842) and
 // p99 ×0.884 (×0.843); many connections ×0.985 the rate (×1.017), within that machine's
-// noise, where spins neither helped nor hurt, but with ×1.39 the interrupts sent to the loop
-// per request (×1.79 without spins): fewer spins pay there now. On the AMD guest a 20 µs
+// noise, where spins neither helped nor hurt, but with ×1.39 the interrupts its clients' CPU
+// sent per request (×1.79 without spins): fewer spins pay there now. On the AMD guest a 20 µs
 // budget had served more requests in slow phases than 10 µs, so some of the spins behind
 // that gain found their events late, and the new rule counts those as losses: whether it
 // keeps the gain was not measured, that machine not being at hand.
