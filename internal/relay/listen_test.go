@@ -323,7 +323,8 @@ func TestIdleLoopsSleep(t *testing.T) {
 	}
 	// A signal that cuts a bounded wait short starts the count of empty waits again, so
 	// parking may come a little later than parkAfter waits' time.
-	deadline := time.Now().Add(time.Duration(parkAfter*rawWaitMs)*time.Millisecond + 2*time.Second)
+	limit := time.Duration(parkAfter*rawWaitMs)*time.Millisecond + 2*time.Second
+	deadline := time.Now().Add(limit)
 	var before map[string]threadState
 	var parked []string
 	for {
@@ -335,7 +336,7 @@ func TestIdleLoopsSleep(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d loops parked in a wait without a time limit (%d in bounded waits) after %v of idleness",
-				len(parked), len(r.loops), bounded, time.Duration(parkAfter*rawWaitMs)*time.Millisecond+2*time.Second)
+				len(parked), len(r.loops), bounded, limit)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -60,7 +60,7 @@ type spinner struct {
 	polls    int           // empty asks in this spin
 	start    time.Time     // of this spin
 	last     time.Time     // of this spin's last ask
-	off      bool          // this spin was off its CPU: a gap between asks over spinOffCPU
+	off      bool          // this spin was off its CPU: a gap between asks (asked)
 	now      func() time.Time
 }
 
@@ -73,9 +73,13 @@ const (
 	spinSampleMax   = 1024 // twice as seldom after each spin that did not pay, up to this
 )
 
-// spinOffCPU: a gap between two asks of a spin longer than its budget over this means the
-// loop's thread was off its CPU (an ask costs 0.2-1.5 µs).
-const spinOffCPU = 4
+// A gap between two asks of a spin longer than its budget over spinOffCPU, and than
+// spinOffCPUMin, means the loop's thread was off its CPU. An ask costs 0.2-1.5 µs: the floor
+// keeps a short budget's asks from counting as preemptions.
+const (
+	spinOffCPU    = 4
+	spinOffCPUMin = 2 * time.Microsecond
+)
 
 func newSpinner(budget time.Duration) spinner {
 	return spinner{budget: budget, every: spinSampleEvery, now: time.Now}
@@ -84,11 +88,14 @@ func newSpinner(budget time.Duration) spinner {
 // saving is what a sleep and a wake-up cost, which a paid spin saves: half the budget.
 func (s *spinner) saving() time.Duration { return s.budget / 2 }
 
+// low reports whether the score is below the one from which the loop spins at every wait.
+func (s *spinner) low() bool { return s.score < spinOnScore*s.saving() }
+
 // asked notes the time of an ask in a spin, and whether the loop was off its CPU since the
 // one before.
 func (s *spinner) asked() time.Time {
 	now := s.now()
-	s.off = s.off || now.Sub(s.last) > s.budget/spinOffCPU
+	s.off = s.off || now.Sub(s.last) > max(s.budget/spinOffCPU, spinOffCPUMin)
 	s.last = now
 	return now
 }
@@ -105,7 +112,7 @@ func (s *spinner) settle(paid bool, now time.Time) {
 	switch {
 	case d > 0:
 		s.every = spinSampleEvery
-	case s.score < spinOnScore*s.saving():
+	case s.low():
 		s.every = min(2*s.every, spinSampleMax)
 	}
 }
@@ -120,7 +127,7 @@ func (s *spinner) found() {
 		now := s.asked()
 		s.settle(!s.off, now)
 	}
-	s.spinning = false
+	s.spinning = false // a spin whose first ask found events ends without a verdict
 }
 
 // begin is asked when the loop, after work, would wait: it reports whether to ask without
@@ -130,7 +137,7 @@ func (s *spinner) begin() bool {
 		return false
 	}
 	s.sampled++
-	if s.score < spinOnScore*s.saving() && s.sampled < s.every {
+	if s.low() && s.sampled < s.every {
 		return false
 	}
 	s.sampled = 0

@@ -20,11 +20,11 @@ func testSpinner(budget time.Duration) (*spinner, *fakeClock) {
 // waitsUntilSpin counts the waits the loop makes (begin) until the spinner starts a spin.
 func waitsUntilSpin(t *testing.T, s *spinner) int {
 	t.Helper()
-	return waitsUntilSpin2(t, s, 2*spinSampleEvery)
+	return waitsUntilSpinIn(t, s, 2*spinSampleEvery)
 }
 
-// waitsUntilSpin2 is waitsUntilSpin failing after most waits instead of 2×spinSampleEvery.
-func waitsUntilSpin2(t *testing.T, s *spinner, most int) int {
+// waitsUntilSpinIn is waitsUntilSpin failing after most waits instead of 2×spinSampleEvery.
+func waitsUntilSpinIn(t *testing.T, s *spinner, most int) int {
 	t.Helper()
 	for i := 1; i <= most; i++ {
 		if s.begin() {
@@ -116,7 +116,7 @@ func TestSpinnerLatePaidSpinsLose(t *testing.T) {
 	s, c := testSpinner(10 * time.Microsecond)
 	want := spinSampleEvery
 	for range 12 {
-		if n := waitsUntilSpin2(t, s, 2*spinSampleMax); n != want {
+		if n := waitsUntilSpinIn(t, s, 2*spinSampleMax); n != want {
 			t.Fatalf("a sampled spin at wait %d (score %v), want %d", n, s.score, want)
 		}
 		for range 8 { // asks 1 µs apart; the ninth, at 8 µs, finds events
@@ -130,11 +130,11 @@ func TestSpinnerLatePaidSpinsLose(t *testing.T) {
 		t.Fatalf("score %v after late paid spins, want 0", s.score)
 	}
 	// One spin that pays early brings sampling back to its first pace.
-	if n := waitsUntilSpin2(t, s, 2*spinSampleMax); n != spinSampleMax {
+	if n := waitsUntilSpinIn(t, s, 2*spinSampleMax); n != spinSampleMax {
 		t.Fatalf("a sampled spin at wait %d, want %d", n, spinSampleMax)
 	}
 	paidSpin(s, c)
-	if n := waitsUntilSpin2(t, s, 2*spinSampleMax); n != spinSampleEvery {
+	if n := waitsUntilSpinIn(t, s, 2*spinSampleMax); n != spinSampleEvery {
 		t.Fatalf("after a paid spin, a sampled spin at wait %d, want %d", n, spinSampleEvery)
 	}
 }
@@ -162,6 +162,21 @@ func TestSpinnerOffCPU(t *testing.T) {
 	s.found()
 	if want := 27 * time.Microsecond; s.score != want { // 26 + 5 - 4
 		t.Fatalf("score %v after a spin that found events at 4 µs, want %v", s.score, want)
+	}
+}
+
+// With a short budget, a gap between asks as long as one slow ask is not a preemption: the
+// off-CPU bound has a floor (spinOffCPUMin).
+func TestSpinnerShortBudgetAsks(t *testing.T) {
+	s, c := testSpinner(4 * time.Microsecond)
+	s.score = 10 * time.Microsecond
+	waitsUntilSpin(t, s)
+	c.add(1500 * time.Nanosecond) // over budget/spinOffCPU (1 µs), under the floor
+	s.empty()
+	c.add(1500 * time.Nanosecond)
+	s.found()
+	if want := 9 * time.Microsecond; s.score != want { // 10 + 2 - 3
+		t.Fatalf("score %v after a spin whose asks took 1.5 µs each, want %v", s.score, want)
 	}
 }
 
