@@ -34,23 +34,13 @@ import "time"
 // finds events tells nothing: a wait would have returned at once too. A spin during which
 // the loop was off its CPU (preempted) saved no context switch, whatever it found.
 //
-// At first every paid spin counted as a whole saving, however long it spun, and tries came
-// one in 16 waits whatever they found. On a faster machine (2 × Intel Xeon, where a new
-// connection costs half the CPU it does on the AMD guest above) that cost: with the proxy
-// alone on its CPU, spins kept paying late enough to cost nearly their budget (the loop
-// switched 0.46 times per new connection against 1.5 without spins) and a new connection
-// cost ×1.10 the CPU of the loop without spins (52.2 against 47.2 µs); with the proxy on its
-// clients' CPU (the latency test), where a spin can find events only once preempted, each
-// try could hold the CPU its clients needed for up to the budget: p99 38.1 against 29.5 µs.
-// With the rules above, against the old ones (ab, interleaved rounds, per-round
-// medians; the loop without spins in brackets): new connections ×0.864 (×0.847), the tiny
-// shape ×0.900 (×0.868), the fin shape ×0.984 (×0.960), ping-pong CPU ×0.870 (×0.842) and
-// p99 ×0.884 (×0.843); many connections ×0.985 the rate (×1.017), within that machine's
-// noise, where spins neither helped nor hurt, but with ×1.39 the interrupts its clients' CPU
-// sent per request (×1.79 without spins): fewer spins pay there now. On the AMD guest a 20 µs
-// budget had served more requests in slow phases than 10 µs, so some of the spins behind
-// that gain found their events late, and the new rule counts those as losses: whether it
-// keeps the gain was not measured, that machine not being at hand.
+// Why the score counts time and off-CPU spins: where a new connection costs little (the
+// Intel benchmark machine), spins that paid late cost nearly their budget, and with the
+// proxy on its clients' CPU a spin finds events only once preempted, holding the CPU its
+// clients need; counting a paid spin as a whole saving there cost new connections ×1.10
+// the CPU of the loop without spins and ping-pong p99 ×1.3. Measurements of the rule,
+// and what it leaves unmeasured (the AMD guests' slow-phase gain), are in
+// bench/results/notes.md ("spins that count their time").
 type spinner struct {
 	budget   time.Duration // 0: never spin
 	score    time.Duration // what spins saved less what they cost, in [0, spinScoreMax halves of budget]
