@@ -1,6 +1,7 @@
 // Package report holds the benchmark's results: the machine-readable model written to
-// bench/results/latest.json, the evaluation of the performance targets, and the generated
-// docs/performance.md with its SVG chart.
+// bench/results/latest.json, the evaluation of the performance targets, the generated
+// docs/performance.md with its SVG chart, and each proxy's standing pooled over the rounds
+// of several runs (Pool).
 package report
 
 import (

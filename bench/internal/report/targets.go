@@ -57,6 +57,9 @@ const (
 // Peers are the proxies snigate is compared with.
 var Peers = []string{"haproxy", "nginx", "sniproxy"}
 
+// better says whether a is better than b: less when lower, more otherwise.
+func better(a, b float64, lower bool) bool { return (lower && a < b) || (!lower && a > b) }
+
 // best returns the peer with the lowest (or highest) median of a metric.
 func (r *Results) best(test, name string, peers []string, lower bool) (string, float64, bool) {
 	bp, bv, found := "", 0.0, false
@@ -65,7 +68,7 @@ func (r *Results) best(test, name string, peers []string, lower bool) (string, f
 		if !ok {
 			continue
 		}
-		if !found || (lower && v < bv) || (!lower && v > bv) {
+		if !found || better(v, bv, lower) {
 			bp, bv, found = p, v, true
 		}
 	}
@@ -90,7 +93,7 @@ func (r *Results) paired(test, name, peer string, lower bool) string {
 			return ""
 		}
 		ratios = append(ratios, a.Values[i]/b.Values[i])
-		if (lower && a.Values[i] < b.Values[i]) || (!lower && a.Values[i] > b.Values[i]) {
+		if better(a.Values[i], b.Values[i], lower) {
 			ahead++
 		}
 	}
