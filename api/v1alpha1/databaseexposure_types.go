@@ -110,6 +110,14 @@ type DatabaseExposureSpec struct {
 	//
 	// +optional
 	TenantGatewayRef *TenantGatewayRef `json:"tenantGatewayRef,omitempty"`
+
+	// Access restricts who may connect to the database and how much: its own allow-list
+	// (what loadBalancerSourceRanges gave a database with a LoadBalancer of its own), block
+	// list and connection limits. snigate renders it into an AccessPolicy on the
+	// exposure's route, owned by the exposure; every policy of the listener applies too.
+	//
+	// +optional
+	Access *Access `json:"access,omitempty"`
 }
 
 // DatabaseBackendRef names a Service port in the DatabaseExposure's namespace.
@@ -199,6 +207,13 @@ type DatabaseExposureStatus struct {
 	//
 	// +optional
 	Connect string `json:"connect,omitempty"`
+	// Access lists the AccessPolicies a connection to the database must pass, in the order
+	// they are checked (the listener's, then the route's); empty when every address may
+	// connect without limit. Limits are counted by each data plane replica on its own.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Access []AccessInForce `json:"access,omitempty"`
 }
 
 // ServerCertificate is the leaf certificate a backend served, as the probe saw it.

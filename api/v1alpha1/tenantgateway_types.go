@@ -109,6 +109,15 @@ type TenantGatewaySpec struct {
 	// +optional
 	// +kubebuilder:default=both
 	DatabaseHostnames DatabaseHostnames `json:"databaseHostnames,omitempty"`
+
+	// Access restricts who may connect to every listener the tenant gateway owns (its
+	// Gateway's, or its ListenerSet's on a shared Gateway) but the plaintext HTTP ones,
+	// which must stay reachable for ACME HTTP-01 challenges: snigate renders it into an
+	// AccessPolicy on that Gateway or ListenerSet, owned by the TenantGateway. Each
+	// DatabaseExposure's own spec.access narrows it further.
+	//
+	// +optional
+	Access *Access `json:"access,omitempty"`
 }
 
 // DatabaseHostnames is subdomain, flat or both.

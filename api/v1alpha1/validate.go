@@ -108,6 +108,9 @@ func (t *TenantGateway) Validate() field.ErrorList {
 	if len(outside) > 0 {
 		errs = append(errs, field.Invalid(lp, strings.Join(outside, ", "), "tlsPassthroughListeners[].hostname must be the apex or a name under it"))
 	}
+	if s.Access != nil {
+		errs = append(errs, s.Access.validate(p.Child("access"))...)
+	}
 	return errs
 }
 
@@ -224,6 +227,9 @@ func (d *DatabaseExposure) Validate() field.ErrorList {
 			errs = append(errs, field.TooLong(p.Child("tenantGatewayRef", "namespace"), r.Namespace, 63))
 		}
 	}
+	if s.Access != nil {
+		errs = append(errs, s.Access.validate(p.Child("access"))...)
+	}
 	return errs
 }
 
@@ -273,7 +279,7 @@ func (b *BackendPolicy) Validate() field.ErrorList {
 	errs := targetRefs(p.Child("targetRefs"), len(b.Spec.TargetRefs), func(i int) (string, string, string, string) {
 		r := b.Spec.TargetRefs[i]
 		return string(r.Group), string(r.Kind), string(r.Name), ""
-	}, "", "Service", `targetRefs must name Services (group "", kind Service)`)
+	}, "", []string{"Service"}, `targetRefs must name Services (group "", kind Service)`)
 	if pp := b.Spec.ProxyProtocol; pp != nil {
 		pq := p.Child("proxyProtocol")
 		switch pp.Version {
@@ -316,7 +322,7 @@ func (l *ListenerPolicy) Validate() field.ErrorList {
 			section = string(*r.SectionName)
 		}
 		return string(r.Group), string(r.Kind), string(r.Name), section
-	}, "gateway.networking.k8s.io", "Gateway", "targetRefs must name Gateways (group gateway.networking.k8s.io, kind Gateway)")
+	}, "gateway.networking.k8s.io", []string{"Gateway"}, "targetRefs must name Gateways (group gateway.networking.k8s.io, kind Gateway)")
 	if pp := l.Spec.ProxyProtocol; pp != nil {
 		rp := p.Child("proxyProtocol", "trustedRanges")
 		switch n := len(pp.TrustedRanges); {
@@ -349,9 +355,9 @@ func (l *ListenerPolicy) Validate() field.ErrorList {
 // sectionNameRE is Gateway API's SectionName pattern.
 var sectionNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
-// targetRefs checks a policy's targetRefs: 1 to 16 of them, every one of group and kind, as
+// targetRefs checks a policy's targetRefs: 1 to 16 of them, every one of group and one of kinds, as
 // the CRD's rule does, and Gateway API's own rules on each name and section name.
-func targetRefs(p *field.Path, n int, ref func(int) (group, kind, name, section string), group, kind, msg string) field.ErrorList {
+func targetRefs(p *field.Path, n int, ref func(int) (group, kind, name, section string), group string, kinds []string, msg string) field.ErrorList {
 	var errs field.ErrorList
 	switch {
 	case n == 0:
@@ -362,7 +368,7 @@ func targetRefs(p *field.Path, n int, ref func(int) (group, kind, name, section 
 	all := true
 	for i := range n {
 		g, k, name, section := ref(i)
-		if g != group || k != kind {
+		if g != group || !slices.Contains(kinds, k) {
 			all = false
 		}
 		if len(name) == 0 || len(name) > 253 {

@@ -34,7 +34,7 @@ type validationCase struct {
 	kind  string // "" is TenantGateway
 }
 
-var validationCases = slices.Concat(tenantGatewayCases, crossNamespaceCases, databaseExposureCases, trustAnchorCases, policyCases)
+var validationCases = slices.Concat(tenantGatewayCases, crossNamespaceCases, databaseExposureCases, trustAnchorCases, policyCases, accessCases)
 
 var tenantGatewayCases = []validationCase{
 	{"minimal", `apex: acme.example.com`, "", ""},
@@ -245,6 +245,8 @@ func goValid(t *testing.T, doc string) (bool, string) {
 		obj = &v1alpha1.BackendPolicy{}
 	case "ListenerPolicy":
 		obj = &v1alpha1.ListenerPolicy{}
+	case "AccessPolicy":
+		obj = &v1alpha1.AccessPolicy{}
 	default:
 		t.Fatalf("kind %q", meta.Kind)
 	}
@@ -371,4 +373,81 @@ proxyProtocol: {trustedRanges: [10.0.0.0/8]}`, "spec.targetRefs", "ListenerPolic
 	{"listener policy section not a name", `
 targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: "TLS_1"}]
 proxyProtocol: {trustedRanges: [10.0.0.0/8]}`, "spec.targetRefs[0].sectionName", "ListenerPolicy"},
+}
+
+// manyRanges is a YAML flow list of n distinct /32 ranges.
+func manyRanges(n int) string {
+	rs := make([]string, n)
+	for i := range rs {
+		rs[i] = fmt.Sprintf("10.%d.%d.0/24", i/250, i%250)
+	}
+	return "[" + strings.Join(rs, ", ") + "]"
+}
+
+var accessCases = []validationCase{
+	{"access policy, everything", `
+targetRefs:
+- {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: tls}
+- {group: gateway.networking.k8s.io, kind: ListenerSet, name: tenant}
+- {group: gateway.networking.k8s.io, kind: TLSRoute, name: db}
+- {group: gateway.networking.k8s.io, kind: TCPRoute, name: maria}
+sourceRanges: [203.0.113.0/24, "2001:db8::/48", 192.0.2.7/32]
+deniedRanges: [198.51.100.0/24]
+maxConnections: 100
+perClient: {maxConnections: 10, connectionsPerMinute: 60, burst: 20, ipv6PrefixLength: 56}`, "", "AccessPolicy"},
+	{"access policy, nothing restricted", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]`, "", "AccessPolicy"},
+	{"access policy, 256 ranges", "targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]\nsourceRanges: " + manyRanges(256), "", "AccessPolicy"},
+	{"access policy, 257 ranges", "targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]\nsourceRanges: " + manyRanges(257), "spec.sourceRanges", "AccessPolicy"},
+	{"access policy, source not a CIDR", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]
+sourceRanges: [10.0.0.1]`, "spec.sourceRanges", "AccessPolicy"},
+	{"access policy, denied not a CIDR", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]
+deniedRanges: [not-a-range/8]`, "spec.deniedRanges", "AccessPolicy"},
+	{"access policy, duplicate range", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]
+sourceRanges: [10.0.0.0/8, 10.0.0.0/8]`, "spec.sourceRanges[1]", "AccessPolicy"},
+	{"access policy, maxConnections 0", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]
+maxConnections: 0`, "spec.maxConnections", "AccessPolicy"},
+	{"access policy, per-client rate 0", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]
+perClient: {connectionsPerMinute: 0}`, "spec.perClient.connectionsPerMinute", "AccessPolicy"},
+	{"access policy, per-client empty", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]
+perClient: {ipv6PrefixLength: 64}`, "spec.perClient", "AccessPolicy"},
+	{"access policy, burst without a rate", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]
+perClient: {maxConnections: 5, burst: 5}`, "spec.perClient", "AccessPolicy"},
+	{"access policy, IPv6 prefix 129", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db}]
+perClient: {maxConnections: 5, ipv6PrefixLength: 129}`, "spec.perClient.ipv6PrefixLength", "AccessPolicy"},
+	{"access policy on a Service", `
+targetRefs: [{group: "", kind: Service, name: db}]`, "spec.targetRefs", "AccessPolicy"},
+	{"access policy on an HTTPRoute", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: web}]`, "spec.targetRefs", "AccessPolicy"},
+	{"access policy, section on a route", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: db, sectionName: rule}]`, "spec.targetRefs", "AccessPolicy"},
+	{"access policy, no targets", `
+targetRefs: []
+maxConnections: 5`, "spec.targetRefs", "AccessPolicy"},
+	{"exposure access", `
+engine: postgres
+backendRef: {name: pg, port: 5432}
+access: {sourceRanges: [203.0.113.0/24], maxConnections: 50, perClient: {maxConnections: 5}}`, "", "DatabaseExposure"},
+	{"exposure access, range not a CIDR", `
+engine: postgres
+backendRef: {name: pg, port: 5432}
+access: {sourceRanges: [203.0.113.0/33]}`, "spec.access.sourceRanges", "DatabaseExposure"},
+	{"exposure access, per-client burst 0", `
+engine: postgres
+backendRef: {name: pg, port: 5432}
+access: {perClient: {connectionsPerMinute: 10, burst: 0}}`, "spec.access.perClient.burst", "DatabaseExposure"},
+	{"tenant access", `
+apex: acme.example.com
+access: {deniedRanges: [198.51.100.0/24], maxConnections: 1000}`, "", ""},
+	{"tenant access, maxConnections -1", `
+apex: acme.example.com
+access: {maxConnections: -1}`, "spec.access.maxConnections", ""},
 }

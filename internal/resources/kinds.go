@@ -98,11 +98,13 @@ var Kinds = []Kind{
 	renderInput(optional(kind("TrustAnchor", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
 		func() ObjectList { return &v1alpha1.TrustAnchorList{} }, func(r *Resources) *[]*v1alpha1.TrustAnchor { return &r.TrustAnchors }))),
 	// The policies are translate's, not render's: a data plane reads them (what it writes to
-	// backends, what it accepts from load balancers).
+	// backends, what it accepts from load balancers, whom it admits).
 	optional(kind("BackendPolicy", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
 		func() ObjectList { return &v1alpha1.BackendPolicyList{} }, func(r *Resources) *[]*v1alpha1.BackendPolicy { return &r.BackendPolicies })),
 	optional(kind("ListenerPolicy", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
 		func() ObjectList { return &v1alpha1.ListenerPolicyList{} }, func(r *Resources) *[]*v1alpha1.ListenerPolicy { return &r.ListenerPolicies })),
+	optional(kind("AccessPolicy", v1alpha1.GroupName, []string{"v1alpha1"}, true, false, true,
+		func() ObjectList { return &v1alpha1.AccessPolicyList{} }, func(r *Resources) *[]*v1alpha1.AccessPolicy { return &r.AccessPolicies })),
 }
 
 func optional(k Kind) Kind { k.Optional = true; return k }

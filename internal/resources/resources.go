@@ -56,6 +56,9 @@ type Resources struct {
 	// ListenerPolicies set how a Gateway's listeners accept connections (PROXY headers from
 	// trusted load balancers).
 	ListenerPolicies []*v1alpha1.ListenerPolicy
+	// AccessPolicies say which clients may connect to a Gateway's listeners, a ListenerSet
+	// or a route, and how much.
+	AccessPolicies []*v1alpha1.AccessPolicy
 
 	// Origins maps "Kind/namespace/name" to where the object came from ("dir/file.yaml#2"),
 	// so errors can name the file. Empty for objects read from an API server.

@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"crypto/x509"
+
+	"github.com/snigate/snigate/internal/access"
 )
 
 // Description is a plain, serializable view of a snapshot: what `snigate check` prints, what
@@ -21,11 +23,13 @@ type PortDescription struct {
 
 // ListenerDescription describes a listener and the hostname that selects it on its port.
 type ListenerDescription struct {
-	Hostname string             `json:"hostname,omitempty"`
-	Name     string             `json:"name"`
-	Mode     Mode               `json:"mode,omitempty"`
-	Certs    []string           `json:"certificates,omitempty"`
-	Routes   []RouteDescription `json:"routes"`
+	Hostname string   `json:"hostname,omitempty"`
+	Name     string   `json:"name"`
+	Mode     Mode     `json:"mode,omitempty"`
+	Certs    []string `json:"certificates,omitempty"`
+	// Access are the listener's AccessPolicies.
+	Access []AccessDescription `json:"access,omitempty"`
+	Routes []RouteDescription  `json:"routes"`
 	// HTTP lists, for HTTP and HTTPS listeners, the hostnames and their matches in
 	// precedence order.
 	HTTP []HTTPHostDescription `json:"http,omitempty"`
@@ -56,7 +60,23 @@ type HTTPMatchDescription struct {
 type RouteDescription struct {
 	Hostname string               `json:"hostname,omitempty"`
 	Name     string               `json:"name"`
+	Access   []AccessDescription  `json:"access,omitempty"`
 	Backends []BackendDescription `json:"backends"`
+}
+
+// AccessDescription describes one AccessPolicy on a listener or route.
+type AccessDescription struct {
+	Policy string `json:"policy"`
+	Target string `json:"target"`
+	Rules  string `json:"rules"`
+}
+
+func describeAccess(ps []*access.Policy) []AccessDescription {
+	var out []AccessDescription
+	for _, p := range ps {
+		out = append(out, AccessDescription{Policy: p.Name, Target: p.Target, Rules: p.String()})
+	}
+	return out
 }
 
 // BackendDescription describes one weighted backend.
@@ -117,7 +137,7 @@ func (s *Snapshot) Describe() Description {
 }
 
 func describeListener(host string, l *Listener) ListenerDescription {
-	ld := ListenerDescription{Hostname: host, Name: l.Name, Mode: l.Mode, Routes: []RouteDescription{}}
+	ld := ListenerDescription{Hostname: host, Name: l.Name, Mode: l.Mode, Access: describeAccess(l.Access), Routes: []RouteDescription{}}
 	if l.TLS != nil {
 		for _, c := range l.TLS.Certificates {
 			if c.Leaf != nil {
@@ -153,7 +173,7 @@ func describeListener(host string, l *Listener) ListenerDescription {
 }
 
 func describeRoute(host string, r *Route) RouteDescription {
-	rd := RouteDescription{Hostname: host, Name: r.Name, Backends: []BackendDescription{}}
+	rd := RouteDescription{Hostname: host, Name: r.Name, Access: describeAccess(r.Access), Backends: []BackendDescription{}}
 	for _, b := range r.Backends {
 		bd := BackendDescription{Name: b.Name, Weight: b.Weight, Reason: b.Reason, ProxyProtocol: b.Proxy.String()}
 		for _, e := range b.Endpoints {

@@ -20,6 +20,8 @@ import (
 	"crypto/tls"
 	"net/netip"
 	"sort"
+
+	"github.com/snigate/snigate/internal/access"
 )
 
 // Protocol says how a bound socket treats its connections.
@@ -139,6 +141,10 @@ type Listener struct {
 	// HTTP is set for HTTP listeners and HTTPS listeners (Mode Terminate, TLS set): the
 	// connection, after the TLS handshake for HTTPS, is served by an HTTP server.
 	HTTP *HTTPTable
+	// Access are the AccessPolicies on the listener (its Gateway's, its own, its
+	// ListenerSet's and that set listener's), which every connection it takes must pass
+	// before its route's. Plain HTTP listeners have none.
+	Access []*access.Policy
 }
 
 // Route is one attached route with its weighted backends.
@@ -150,6 +156,8 @@ type Route struct {
 	Backends []Backend
 	// TotalWeight is the sum of all weights, valid or not.
 	TotalWeight int64
+	// Access is the route's AccessPolicy, if any: checked after the listener's.
+	Access []*access.Policy
 }
 
 // Backend is one backendRef of a route, resolved to endpoint addresses.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/snigate/snigate/internal/access"
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
@@ -108,6 +109,8 @@ type listener struct {
 
 	attached []*attachment // in route precedence order
 	snap     *snapshot.Listener
+	// access are the AccessPolicies on the listener, by level (access.go).
+	access [levels]*access.Policy
 	// redirectsOnly: an HTTP listener of PlaintextListenersAnnotation, which takes only
 	// HTTPRoutes that serve no application (plaintextSafe).
 	redirectsOnly bool

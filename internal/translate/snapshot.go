@@ -57,7 +57,7 @@ func (t *translator) snapshotListener(l *listener) *snapshot.Listener {
 	if l.snap != nil {
 		return l.snap
 	}
-	sl := &snapshot.Listener{Name: l.name(), TLS: l.tlsConfig}
+	sl := &snapshot.Listener{Name: l.name(), TLS: l.tlsConfig, Access: l.listenerAccess()}
 	if l.routeKind == kindTLSRoute || l.spec.Protocol == gwv1.HTTPSProtocolType {
 		sl.Mode = l.mode
 	}

@@ -24,6 +24,10 @@ type Status struct {
 	// BackendPolicies and ListenerPolicies: every one in the input (snigate's own kinds).
 	BackendPolicies  []BackendPolicyStatus  `json:"backendPolicies,omitempty"`
 	ListenerPolicies []ListenerPolicyStatus `json:"listenerPolicies,omitempty"`
+	AccessPolicies   []AccessPolicyStatus   `json:"accessPolicies,omitempty"`
+	// RouteAccess lists, per TLSRoute and TCPRoute with AccessPolicies on its path, those
+	// policies (sorted by kind, namespace and name; see Access).
+	RouteAccess []RouteAccess `json:"routeAccess,omitempty"`
 }
 
 // ObjectStatus is the status of one object.
@@ -133,12 +137,14 @@ func (t *translator) status() *Status {
 	for _, ls := range t.sets {
 		s.ListenerSets = append(s.ListenerSets, ListenerSetStatus{Namespace: ls.key.ns, Name: ls.key.name, Status: t.listenerSetStatus(ls)})
 	}
-	s.BackendPolicies, s.ListenerPolicies = t.backendPolicyStats, t.listenerPolicyStats
+	s.BackendPolicies, s.ListenerPolicies, s.AccessPolicies = t.backendPolicyStats, t.listenerPolicyStats, t.accessPolicyStats
+	s.RouteAccess = t.routeAccess()
 	sortStatus(s.GatewayClasses)
 	sortStatus(s.Gateways)
 	sortStatus(s.ListenerSets)
 	sortStatus(s.BackendPolicies)
 	sortStatus(s.ListenerPolicies)
+	sortStatus(s.AccessPolicies)
 	// With the memo, the routes' status lists are the previous call's without the routes
 	// that are gone and with the new ones: an unchanged route's status is the same, and a
 	// one-route change among 100 000 routes, which must apply within 50 ms

@@ -190,6 +190,7 @@ func Translate(in *resources.Resources, opts Options) *Result {
 	t.listenerPolicies() // what each bound port accepts first (policies.go)
 	t.backendPolicies()  // what each Service's backends are sent first (policies.go)
 	t.buildRoutes()      // routes attached to listeners, in precedence order (routes.go)
+	t.accessPolicies()   // whom each listener and route admits (access.go)
 
 	r := &Result{Snapshot: t.snapshot(), Status: t.status()} // snapshot.go, status.go
 	t.saveMemo(r.Status)                                     // for the next call (memo.go)
@@ -230,6 +231,7 @@ type translator struct {
 	proxyIn             map[string]*snapshot.InboundProxy
 	backendPolicyStats  []BackendPolicyStatus
 	listenerPolicyStats []ListenerPolicyStatus
+	accessPolicyStats   []AccessPolicyStatus
 
 	// With Options.Memo: whether its routes can be reused (memoOK), this call's context,
 	// the routes taken from it, and what to remember for the next call.
