@@ -183,3 +183,18 @@ type ListenerPolicyList struct {
 func init() {
 	SchemeBuilder.Register(&BackendPolicy{}, &BackendPolicyList{}, &ListenerPolicy{}, &ListenerPolicyList{})
 }
+
+// Policy is what every policy kind of snigate's has: a gwv1.PolicyStatus, which the status
+// writer merges the same way for all of them.
+type Policy interface {
+	PolicyStatus() *gwv1.PolicyStatus
+}
+
+// PolicyStatus is the policy's status.
+func (b *BackendPolicy) PolicyStatus() *gwv1.PolicyStatus { return &b.Status }
+
+// PolicyStatus is the policy's status.
+func (l *ListenerPolicy) PolicyStatus() *gwv1.PolicyStatus { return &l.Status }
+
+// PolicyStatus is the policy's status.
+func (a *AccessPolicy) PolicyStatus() *gwv1.PolicyStatus { return &a.Status }

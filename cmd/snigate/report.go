@@ -74,15 +74,13 @@ func problems(r *translate.Result) []string {
 	for _, rt := range s.HTTPRoutes {
 		routes(kindHTTPRoute, rt.Namespace, rt.Name, rt.Status.Parents)
 	}
-	policies := func(kind string, list []translate.BackendPolicyStatus) {
-		for _, p := range list {
+	for _, pk := range s.Policies() {
+		for _, p := range pk.List {
 			for _, a := range p.Status.Ancestors {
-				add(fmt.Sprintf("%s %s/%s target %s", kind, p.Namespace, p.Name, parentName(p.Namespace, a.AncestorRef)), a.Conditions)
+				add(fmt.Sprintf("%s %s/%s target %s", pk.Kind, p.Namespace, p.Name, parentName(p.Namespace, a.AncestorRef)), a.Conditions)
 			}
 		}
 	}
-	policies("BackendPolicy", s.BackendPolicies)
-	policies("ListenerPolicy", s.ListenerPolicies)
 	return out
 }
 
@@ -219,17 +217,15 @@ func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) er
 		}
 	}
 
-	writePolicies := func(kind string, list []translate.BackendPolicyStatus) {
-		for _, p := range list {
-			fmt.Fprintf(w, "\n%s %s/%s\n", kind, p.Namespace, p.Name)
+	for _, pk := range s.Policies() {
+		for _, p := range pk.List {
+			fmt.Fprintf(w, "\n%s %s/%s\n", pk.Kind, p.Namespace, p.Name)
 			for _, a := range p.Status.Ancestors {
 				fmt.Fprintf(w, "  target %s\n", parentName(p.Namespace, a.AncestorRef))
 				writeConditions(w, "    ", a.Conditions)
 			}
 		}
 	}
-	writePolicies("BackendPolicy", s.BackendPolicies)
-	writePolicies("ListenerPolicy", s.ListenerPolicies)
 
 	fmt.Fprintf(w, "\nRouting table (port -> listener -> SNI or Host -> route -> backends):\n")
 	d := r.Snapshot.Describe()

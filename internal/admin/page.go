@@ -75,7 +75,8 @@ type page struct {
 	Hidden   map[string]int
 	Gateways []gatewayView
 	Routes   []routeView
-	// Policies are the BackendPolicies and ListenerPolicies, Parents their ancestors.
+	// Policies are the BackendPolicies, ListenerPolicies and AccessPolicies, Parents their
+	// ancestors.
 	Policies  []routeView
 	Tenants   []tenantView
 	Exposures []exposureView
@@ -332,11 +333,10 @@ func buildPage(st State, s samples, q string, now time.Time) page {
 			}
 			p.Policies = append(p.Policies, pv)
 		}
-		for _, ps := range st.Status.BackendPolicies {
-			addPolicy("BackendPolicy", ps)
-		}
-		for _, ps := range st.Status.ListenerPolicies {
-			addPolicy("ListenerPolicy", ps)
+		for _, pk := range st.Status.Policies() {
+			for _, ps := range pk.List {
+				addPolicy(pk.Kind, ps)
+			}
 		}
 	}
 	for _, tg := range st.Tenants {

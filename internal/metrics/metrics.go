@@ -2,7 +2,7 @@
 // and the admin server exposes the same collectors.
 //
 //	m := metrics.New()
-//	m.Rejected.WithLabelValues("no_sni").Inc()
+//	m.Rejected.WithLabelValues("no_sni", "").Inc()
 //	http.Handle("/metrics", m.Handler())
 package metrics
 
@@ -22,7 +22,8 @@ type Metrics struct {
 	// Connections counts finished connections by bind address, listener, route, negotiation
 	// (tls, postgres, postgres-direct, tcp) and outcome (ok, or a reject reason).
 	Connections *prometheus.CounterVec
-	// Rejected counts connections closed without a byte sent back, by reason.
+	// Rejected counts connections closed without a byte sent back, by reason and route (""
+	// when the connection was refused before a route was known).
 	Rejected *prometheus.CounterVec
 	// Active is the number of open connections per bind address.
 	Active *prometheus.GaugeVec
@@ -106,6 +107,31 @@ func (m *Metrics) AccessLogDropped(dropped func() float64) {
 	}, dropped))
 }
 
+// AccessClients exports the per-client table of the AccessPolicies' limits: how many
+// clients it tracks (snigate_access_clients_tracked), at most
+// (snigate_access_clients_capacity), and how many it evicted to make room
+// (snigate_access_client_evictions_total).
+func (m *Metrics) AccessClients(t interface {
+	Tracked() int
+	Capacity() int
+	Evictions() uint64
+}) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "snigate_access_clients_tracked",
+			Help: "Clients the AccessPolicies' per-client limits track now (a bounded table).",
+		}, func() float64 { return float64(t.Tracked()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "snigate_access_clients_capacity",
+			Help: "Clients the AccessPolicies' per-client limits track at most.",
+		}, func() float64 { return float64(t.Capacity()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "snigate_access_client_evictions_total",
+			Help: "Clients evicted from the per-client table to make room for others (each loses its partly spent rate).",
+		}, func() float64 { return float64(t.Evictions()) }),
+	)
+}
+
 func New() *Metrics {
 	r := prometheus.NewRegistry()
 	m := &Metrics{
@@ -116,8 +142,8 @@ func New() *Metrics {
 		}, []string{"address", "listener", "route", "negotiation", "outcome"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "snigate_rejected_connections_total",
-			Help: "Connections closed without sending a byte, by reason.",
-		}, []string{"reason"}),
+			Help: "Connections closed without sending a byte, by reason and, where it was known, route.",
+		}, []string{"reason", "route"}),
 		Active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "snigate_active_connections",
 			Help: "Open connections per bind address.",

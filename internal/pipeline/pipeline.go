@@ -376,7 +376,7 @@ func bindError(origins map[string]string, be *proxy.BindError) error {
 }
 
 // validateRenderInputs runs the CRDs' rules on every object of snigate's own API
-// (TenantGateway, DatabaseExposure, TrustAnchor, BackendPolicy, ListenerPolicy), as the API
+// (TenantGateway, DatabaseExposure, TrustAnchor, BackendPolicy, ListenerPolicy, AccessPolicy), as the API
 // server would.
 func validateRenderInputs(res *resources.Resources) error {
 	var errs []error
@@ -412,6 +412,9 @@ func validateRenderInputs(res *resources.Resources) error {
 	}
 	for _, l := range res.ListenerPolicies {
 		check("ListenerPolicy", l, l.Validate())
+	}
+	for _, a := range res.AccessPolicies {
+		check("AccessPolicy", a, a.Validate())
 	}
 	return errors.Join(errs...)
 }

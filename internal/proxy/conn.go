@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/snigate/snigate/internal/access"
 	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/clienthello"
 	"github.com/snigate/snigate/internal/fdconn"
@@ -26,6 +27,26 @@ import (
 	"github.com/snigate/snigate/internal/relay"
 	"github.com/snigate/snigate/internal/snapshot"
 )
+
+// holds holds the access holds of connections that count against a limit.
+var holds = sync.Pool{New: func() any { return new(access.Hold) }}
+
+// takeHold takes what a final decision counts against its AccessPolicies' limits, which
+// unregister gives back: from here on the connection owns it, whatever acts on the
+// decision (the relay, or the goroutine it is released to with a copy of it).
+func (c *conn) takeHold(d *decision) {
+	if d.hold.Empty() {
+		return
+	}
+	if c.hold != nil {
+		// A second final decision (a PostgreSQL request answered, then the ClientHello):
+		// the first counted nothing the second does not, but give it back all the same.
+		c.p.access.Release(c.hold)
+	} else {
+		c.hold = holds.Get().(*access.Hold)
+	}
+	*c.hold, d.hold = d.hold, access.Hold{}
+}
 
 // helloBufs holds the buffers ClientHellos are read into. A buffer lives only until the
 // connection is routed, so a busy proxy needs few of them.
@@ -75,6 +96,10 @@ type conn struct {
 	// routeActive is the route's child of snigate_route_active_connections while the
 	// connection counts there (enterRoute); unregister takes it off.
 	routeActive prometheus.Gauge
+	// hold is what the connection counts against its AccessPolicies' limits (takeHold),
+	// given back by unregister; nil when it counts nothing (most connections): out of line,
+	// so that a connection without limits costs not a byte more.
+	hold *access.Hold
 
 	// async is set once the relay owns the connection: its callback ends it, and handle's
 	// goroutine (with the deep stack it grew while routing and dialing) exits instead of
@@ -122,6 +147,11 @@ func (c *conn) unregister() {
 	for _, f := range c.onEnd {
 		f()
 	}
+	if h := c.hold; h != nil {
+		c.p.access.Release(h)
+		c.hold = nil
+		holds.Put(h)
+	}
 	c.pl.activeGauge.Dec()
 	if c.routeActive != nil {
 		c.routeActive.Dec()
@@ -153,7 +183,7 @@ func (c *conn) serveFD(fd int, pre []byte) {
 	if err != nil {
 		unix.Close(fd)
 		c.p.log.Warn("accepted socket unusable", "address", c.pl.addr, "error", err)
-		c.p.rejected(c.pl.addr, c.peer, reasonAcceptFailed, "", c.start, c.negotiation)
+		c.p.rejected(rejection{addr: c.pl.addr, client: c.peer, reason: reasonAcceptFailed, start: c.start, negotiation: c.negotiation})
 		c.unregister()
 		return
 	}
@@ -192,6 +222,7 @@ func (c *conn) handle(port *snapshot.Port, already []byte) {
 	first := c.decided
 	c.decided = nil
 	d, pre := c.readPreamble(port, first, already)
+	c.takeHold(&d)
 	c.negotiation = d.negotiation
 	if d.skip > 0 {
 		// A trusted balancer's PROXY header: its address is the client's from here on, and
@@ -214,7 +245,17 @@ func (c *conn) handle(port *snapshot.Port, already []byte) {
 		if d.reply != nil {
 			client.Write(d.reply)
 		}
-		c.reject(d.reason, string(d.sni()))
+		if d.listener != nil {
+			c.listener = d.listener.Name
+		}
+		if d.route != nil {
+			c.route = d.route.Name
+		}
+		policy := ""
+		if d.policy != nil {
+			policy = d.policy.Name
+		}
+		c.rejectBy(d.reason, string(d.sni()), policy)
 	case kindTCP:
 		c.forward(d.listener, d.route, pre)
 	case kindHTTP:
@@ -249,15 +290,54 @@ func (c *conn) releaseHello() {
 	}
 }
 
+// rejection is a connection closed without a byte written (or only a PostgreSQL
+// ErrorResponse), as rejected records it. listener, route and policy are set when the
+// connection got that far (a policy refused it, its route had no backend).
+type rejection struct {
+	addr                    string
+	client                  netip.AddrPort
+	reason                  outcome
+	sni                     string
+	listener, route, policy string
+	start                   time.Time
+	negotiation             negotiation
+}
+
 // rejected counts and logs a connection closed without a byte written.
-func (p *Proxy) rejected(addr string, client netip.AddrPort, reason outcome, sni string, start time.Time, negotiation negotiation) {
-	p.m.Rejected.WithLabelValues(string(reason)).Inc()
-	p.m.Connections.WithLabelValues(addr, "", "", string(negotiation), string(reason)).Inc()
+func (p *Proxy) rejected(r rejection) {
+	p.rejectedCounter(r.reason, r.route).Inc()
+	p.m.Connections.WithLabelValues(r.addr, r.listener, r.route, string(r.negotiation), string(r.reason)).Inc()
 	if al := p.opts.AccessLog; al != nil {
-		al.Begin("connection rejected").AddrPort("client", client).Str("address", addr).
-			Str("negotiation", string(negotiation)).Str("sni", sni).Str("outcome", string(reason)).
-			Dur("duration", time.Since(start)).End()
+		e := al.Begin("connection rejected").AddrPort("client", r.client).Str("address", r.addr).
+			Str("negotiation", string(r.negotiation)).Str("sni", r.sni)
+		if r.listener != "" {
+			e.Str("listener", r.listener)
+		}
+		if r.route != "" {
+			e.Str("route", r.route)
+		}
+		if r.policy != "" {
+			e.Str("policy", r.policy)
+		}
+		e.Str("outcome", string(r.reason)).Dur("duration", time.Since(r.start)).End()
 	}
+}
+
+// rejectedCounter is snigate_rejected_connections_total's child for reason and route,
+// resolved once per pair: a flood of refused connections must not hash labels each time.
+func (p *Proxy) rejectedCounter(reason outcome, route string) prometheus.Counter {
+	k := [2]string{string(reason), route}
+	p.endMu.RLock()
+	ctr := p.rejects[k]
+	p.endMu.RUnlock()
+	if ctr != nil {
+		return ctr
+	}
+	ctr = p.m.Rejected.WithLabelValues(string(reason), route)
+	p.endMu.Lock()
+	p.rejects[k] = ctr
+	p.endMu.Unlock()
+	return ctr
 }
 
 // pick chooses a weighted backend of r, or nil when the connection must be rejected.
@@ -501,7 +581,7 @@ func (c *conn) terminate(l *snapshot.Listener, r *snapshot.Route, hello []byte) 
 	if reason != "" {
 		// The handshake is done: closing is all that is left. No application data was sent.
 		tc.Close()
-		c.p.m.Rejected.WithLabelValues(string(reason)).Inc()
+		c.p.rejectedCounter(reason, c.route).Inc()
 		c.closeAndRecord(reason)
 		return
 	}
@@ -806,11 +886,20 @@ func offeredALPN(hello []byte) string {
 }
 
 // reject closes the connection without writing a byte, and counts and logs why.
-func (c *conn) reject(reason outcome, sni string) {
+func (c *conn) reject(reason outcome, sni string) { c.rejectBy(reason, sni, "") }
+
+// rejectBy is reject naming the AccessPolicy that refused the connection.
+func (c *conn) rejectBy(reason outcome, sni, policy string) {
 	// Counted before the close: a client that sees its connection end finds the rejection
 	// in the metrics already.
-	c.p.rejected(c.pl.addr, c.peer, reason, sni, c.start, c.negotiation)
+	c.p.rejected(c.rejection(reason, sni, policy))
 	c.client.Close()
+}
+
+// rejection is c's rejection for reason.
+func (c *conn) rejection(reason outcome, sni, policy string) rejection {
+	return rejection{addr: c.pl.addr, client: c.peer, reason: reason, sni: sni, listener: c.listener, route: c.route,
+		policy: policy, start: c.start, negotiation: c.negotiation}
 }
 
 // endpoint is the backend address for logs ("" before one was dialed). Formatted only when

@@ -3,7 +3,9 @@ package proxy
 import (
 	"errors"
 	"net/netip"
+	"time"
 
+	"github.com/snigate/snigate/internal/access"
 	"github.com/snigate/snigate/internal/clienthello"
 	"github.com/snigate/snigate/internal/pgwire"
 	"github.com/snigate/snigate/internal/proxyproto"
@@ -98,6 +100,14 @@ type preambleState struct {
 	// proxyDone: the PROXY header phase is over (the header was consumed and the caller
 	// dropped its bytes), so pre starts with the client's own bytes.
 	proxyDone bool
+	// client is the address the AccessPolicies check: the TCP peer's, or the one a trusted
+	// PROXY header gave (decideProxy sets it for the bytes after the header).
+	client netip.Addr
+	// at is when the connection was accepted: the time its per-client rate is taken at.
+	at time.Time
+	// access holds the data plane's counters of the AccessPolicies; nil checks ranges only
+	// (and refuses a connection a limit would count: nothing could count it).
+	access *access.Limiter
 }
 
 // decision is what decide made of a connection's first bytes: every connection's fate,
@@ -135,6 +145,11 @@ type decision struct {
 	// rest of the decision is about the bytes after it (consumed counts the header too).
 	skip   int
 	source netip.AddrPort
+	// hold is what an admitted connection counts against its AccessPolicies' limits: the
+	// caller takes it (conn.takeHold) as soon as the decision is final, and gives it back
+	// when the connection ends. policy, with an access reject, is the policy that refused.
+	hold   access.Hold
+	policy *access.Policy
 	// The normalized SNI (lower case, no trailing dot), once the ClientHello had a valid
 	// one: see sni.
 	sniLen uint8
@@ -160,6 +175,11 @@ func (d *decision) sni() []byte {
 // serves, with bytes that are neither TLS nor a PostgreSQL request, with a malformed
 // ClientHello, or that needs more than st.maxBytes bytes to be decided is rejected, and no
 // reject but postgres_plaintext_refused writes a byte.
+//
+// Once the listener and route are known, and before anything is dialed, the connection's
+// client (st.client) must pass every AccessPolicy on its path (admit): the listener's, then
+// the route's. A refused client is rejected like an unknown SNI, without a byte, so it
+// learns nothing of the hostname; an admitted one holds its counts in the decision.
 //
 // port must not be nil: a connection to a port that left the snapshot is the caller's to
 // drop.
@@ -205,6 +225,9 @@ func decideProxy(port *snapshot.Port, in *snapshot.InboundProxy, pre []byte, st 
 	}
 	sub := *st
 	sub.proxyDone = true
+	if src.IsValid() {
+		sub.client = src.Addr() // a LOCAL header (the balancer's own) keeps the balancer's
+	}
 	d, more = decideClient(port, pre[n:], &sub)
 	st.parser = sub.parser
 	if more {
@@ -221,7 +244,8 @@ func decideProxy(port *snapshot.Port, in *snapshot.InboundProxy, pre []byte, st 
 func decideClient(port *snapshot.Port, pre []byte, st *preambleState) (d decision, more bool) {
 	switch port.Protocol {
 	case snapshot.ProtocolTCP:
-		return decision{kind: kindTCP, negotiation: negTCP, listener: port.TCP, route: port.TCP.Route}, false
+		d = decision{kind: kindTCP, negotiation: negTCP, listener: port.TCP, route: port.TCP.Route}
+		return d, d.admit(st, port.TCP.Access, port.TCP.Route)
 	case snapshot.ProtocolHTTP:
 		return decision{kind: kindHTTP, negotiation: negHTTP}, false
 	}
@@ -288,7 +312,58 @@ func decideHello(port *snapshot.Port, pre []byte, st *preambleState, d *decision
 	default:
 		d.kind, d.listener, d.route, d.pgBridge = kindPassthrough, l, r, pgBridge
 	}
-	return false
+	return d.admit(st, l.Access, r)
+}
+
+// admit checks st.client against the AccessPolicies of the path the decision chose (the
+// listener's, then route's): a reject naming the policy that refused, or the counts the
+// connection holds in d.hold. It returns false (decided), for the helpers' returns.
+func (d *decision) admit(st *preambleState, listener []*access.Policy, r *snapshot.Route) bool {
+	var route []*access.Policy
+	if r != nil {
+		route = r.Access
+	}
+	if len(listener) == 0 && len(route) == 0 {
+		return false
+	}
+	v := access.Admitted
+	if st.access != nil {
+		v, d.policy = st.access.Admit(st.client, st.at, listener, route, &d.hold)
+	} else {
+		v, d.policy = rangesOnly(st.client, listener, route)
+	}
+	switch v {
+	case access.Admitted:
+		return false
+	case access.RouteLimit:
+		return d.reject(reasonRouteLimit)
+	case access.ClientLimit:
+		return d.reject(reasonClientLimit)
+	case access.RateLimited:
+		return d.reject(reasonRateLimited)
+	default:
+		return d.reject(reasonNotAllowed)
+	}
+}
+
+// rangesOnly is the check without a Limiter: ranges as Admit checks them, and a limit
+// refused, since nothing could count it.
+func rangesOnly(client netip.Addr, listener, route []*access.Policy) (access.Verdict, *access.Policy) {
+	for _, path := range [2][]*access.Policy{listener, route} {
+		for _, p := range path {
+			if !p.Allows(client) {
+				return access.NotAllowed, p
+			}
+		}
+	}
+	for _, path := range [2][]*access.Policy{listener, route} {
+		for _, p := range path {
+			if p.Limited() {
+				return access.RouteLimit, p
+			}
+		}
+	}
+	return access.Admitted, nil
 }
 
 // decidePG decides on the first bytes of a TLS port's connection that are not a TLS record:

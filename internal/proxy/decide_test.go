@@ -326,7 +326,8 @@ func checkDecision(t *testing.T, port *snapshot.Port, st *preambleState, pre []b
 	case kindReject:
 		// Fail closed: nothing written, but to a plaintext PostgreSQL client, who reads why.
 		switch {
-		case !slices.Contains(decideReasons, d.reason) && !slices.Contains(decideProxyReasons, d.reason):
+		case !slices.Contains(decideReasons, d.reason) && !slices.Contains(decideProxyReasons, d.reason) &&
+			!slices.Contains(decideAccessReasons, d.reason):
 			t.Fatalf("reject with reason %q, which is not decide's", d.reason)
 		case d.reason == reasonPGPlaintext:
 			if !bytes.Equal(d.reply, pgPlaintextError) {
@@ -335,8 +336,13 @@ func checkDecision(t *testing.T, port *snapshot.Port, st *preambleState, pre []b
 		case d.reply != nil:
 			t.Fatalf("%s writes %q", d.reason, d.reply)
 		}
-		if d.listener != nil || d.route != nil {
-			t.Fatalf("%s with a listener", d.reason)
+		// An AccessPolicy's refusal names the path it refused (for the logs); nothing else
+		// got that far.
+		if (d.listener != nil || d.route != nil) != slices.Contains(decideAccessReasons, d.reason) {
+			t.Fatalf("%s with listener %v, route %v", d.reason, d.listener, d.route)
+		}
+		if !d.hold.Empty() {
+			t.Fatalf("%s holds counts", d.reason)
 		}
 	case kindPassthrough, kindTerminate:
 		l, r := port.Lookup(d.sni())

@@ -27,6 +27,13 @@ const (
 	reasonProxyUntrusted outcome = "proxy_header_untrusted"
 	reasonProxyRequired  outcome = "proxy_header_missing"
 	reasonProxyMalformed outcome = "proxy_header_malformed"
+	// An AccessPolicy on the connection's path refused it (decide.admit): the client's
+	// address is denied or not allowed; the target has its maxConnections open; the client
+	// has its perClient.maxConnections open; the client spent its perClient rate.
+	reasonNotAllowed  outcome = "client_not_allowed"
+	reasonRouteLimit  outcome = "route_connection_limit"
+	reasonClientLimit outcome = "client_connection_limit"
+	reasonRateLimited outcome = "client_rate_limited"
 
 	// Results of reading from and writing to the client while the preamble is read
 	// (readPreamble; on the relay's loops the socket comes back to it on these).

@@ -28,7 +28,7 @@ var pgPlaintextError = pgwire.ErrorResponse(pgwire.SQLStateInvalidAuthorization,
 // applies to: the ClientHello and anything after it exactly as read, after any PostgreSQL
 // requests (answered here and not forwarded), in c.helloBuf (nil for a TCP or HTTP port).
 func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte) (decision, []byte) {
-	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes, peer: c.tcpPeer()}
+	st := c.preambleState()
 	var (
 		d    decision
 		more bool
@@ -65,9 +65,10 @@ func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte
 				return d, buf[:n]
 			}
 			if d.skip > 0 {
-				// The PROXY header went with the request: decide on from after both.
+				// The PROXY header went with the request: decide on from after both, with
+				// the header's address as the client's.
 				c.acceptProxy(&d)
-				st.proxyDone = true
+				st.proxyDone, st.client = true, c.peer.Addr()
 			}
 			if _, err := c.client.Write(d.reply); err != nil {
 				d.reject(reasonClientGone)
@@ -98,6 +99,11 @@ func (c *conn) readPreamble(port *snapshot.Port, first *decision, already []byte
 		}
 		d, more = decide(port, buf[:n], &st)
 	}
+}
+
+// preambleState is the state decide starts a connection's preamble with.
+func (c *conn) preambleState() preambleState {
+	return preambleState{maxBytes: c.p.opts.HelloMaxBytes, peer: c.tcpPeer(), client: c.peer.Addr(), at: c.start, access: c.p.access}
 }
 
 // pgSSLExchange performs the classic PostgreSQL TLS negotiation toward the backend: send

@@ -44,6 +44,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/snigate/snigate/internal/access"
 	"github.com/snigate/snigate/internal/accesslog"
 	"github.com/snigate/snigate/internal/fdconn"
 	"github.com/snigate/snigate/internal/httpproxy"
@@ -82,6 +83,10 @@ type Options struct {
 	// IOURing has the relay's loops wait on io_uring where the kernel allows it, epoll
 	// otherwise (relay.WithIOURing); the log says which at the first listener.
 	IOURing bool
+	// AccessClients is how many clients the AccessPolicies' per-client limits track at
+	// most, over all policies (access.DefaultClients when 0): a flood from more addresses
+	// evicts the least recently seen that hold no connection (docs/access.md).
+	AccessClients int
 	// Spin is how long a relay loop that has just worked asks again without waiting before
 	// it sleeps, when such spins have been paying (relay.WithSpin): 0 is the relay's default
 	// (10 µs), negative never spins.
@@ -149,8 +154,12 @@ type Proxy struct {
 	// ends caches the counters of finished connections by label set (endCounters).
 	endMu sync.RWMutex
 	ends  map[endKey]*endCounters
-	// routeGauges caches each route's child of snigate_route_active_connections.
+	// routeGauges caches each route's child of snigate_route_active_connections, rejects
+	// snigate_rejected_connections_total's by reason and route.
 	routeGauges map[string]prometheus.Gauge
+	rejects     map[[2]string]prometheus.Counter
+	// access counts the connections the AccessPolicies limit (package access).
+	access *access.Limiter
 
 	// conns counts open connections. Shutdown waits on it only once every listener is
 	// closed: a closed relay.Listener makes no more Accepted calls, each of which Adds, and a
@@ -173,7 +182,10 @@ func New(opts Options) *Proxy {
 		connSet:     map[*conn]struct{}{},
 		ends:        map[endKey]*endCounters{},
 		routeGauges: map[string]prometheus.Gauge{},
+		rejects:     map[[2]string]prometheus.Counter{},
+		access:      access.NewLimiter(opts.AccessClients),
 	}
+	p.m.AccessClients(p.access)
 	p.health.init(opts.EjectAfter, opts.EjectFor)
 	p.dialOK = p.m.DialSeconds.WithLabelValues("ok")
 	p.dialErr = p.m.DialSeconds.WithLabelValues("error")
@@ -403,7 +415,7 @@ func (pl *portListener) Accepted(fd int, peer netip.AddrPort) (relay.Router, any
 	n := pl.active.Add(1)
 	if port.MaxConnections > 0 && n > int64(port.MaxConnections) {
 		pl.active.Add(-1)
-		p.rejected(pl.addr, peer, reasonLimit, "", time.Now(), "") // before the close, as reject
+		p.rejected(rejection{addr: pl.addr, client: peer, reason: reasonLimit, start: time.Now()}) // before the close, as reject
 		unix.Close(fd)
 		return nil, nil, time.Time{}, false
 	}

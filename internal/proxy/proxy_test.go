@@ -666,7 +666,7 @@ func TestProxyProtocol(t *testing.T) {
 		h, _ := proxyproto.Header(1, netip.MustParseAddrPort("203.0.113.7:1"), netip.MustParseAddrPort(lbAddr), proxyproto.TLVs{})
 		c.Write(h)
 		assertClosedSilently(t, c)
-		if n := promtestutil.ToFloat64(p.m.Rejected.WithLabelValues(string(reasonProxyUntrusted))); n != 1 {
+		if n := promtestutil.ToFloat64(p.m.Rejected.WithLabelValues(string(reasonProxyUntrusted), "")); n != 1 {
 			t.Errorf("rejected %s: %v, want 1", reasonProxyUntrusted, n)
 		}
 	})

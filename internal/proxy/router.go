@@ -42,11 +42,12 @@ func (router) Route(pr *relay.Pair, tag any, pre []byte) relay.Verdict {
 	}
 	// A fresh state each time: the relay presents every byte read so far, and the bytes of
 	// a PostgreSQL request are never answered here (kindPGNegotiate is handed over).
-	st := preambleState{maxBytes: c.p.opts.HelloMaxBytes, peer: c.tcpPeer()}
+	st := c.preambleState()
 	d, more := decide(port, pre, &st)
 	if more {
 		return verdictWait
 	}
+	c.takeHold(&d)
 	switch {
 	case d.kind == kindTCP:
 		if v, ok := c.connectVerdict(d.listener, d.route, false, &d, pre); ok {
@@ -147,7 +148,7 @@ func (router) Done(tag any, res relay.Result) {
 		c.backendMu.Lock()
 		c.pair, c.relayEnded = nil, true
 		c.backendMu.Unlock()
-		c.p.rejected(c.pl.addr, c.peer, reasonDialFailed, c.sni, c.start, c.negotiation)
+		c.p.rejected(c.rejection(reasonDialFailed, c.sni, ""))
 		c.unregister()
 		return
 	}

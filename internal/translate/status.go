@@ -30,6 +30,18 @@ type Status struct {
 	RouteAccess []RouteAccess `json:"routeAccess,omitempty"`
 }
 
+// PolicyKind is the status of every policy of one kind.
+type PolicyKind struct {
+	Kind string // "BackendPolicy"
+	List []ObjectStatus[gwv1.PolicyStatus]
+}
+
+// Policies lists the status of every policy kind: what the status writer, `snigate check`
+// and the status page go through, so that a new policy kind is one entry here.
+func (s *Status) Policies() []PolicyKind {
+	return []PolicyKind{{"BackendPolicy", s.BackendPolicies}, {"ListenerPolicy", s.ListenerPolicies}, {"AccessPolicy", s.AccessPolicies}}
+}
+
 // ObjectStatus is the status of one object.
 type ObjectStatus[T any] struct {
 	Namespace string `json:"namespace,omitempty"`

@@ -18,6 +18,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -84,15 +85,14 @@ func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
 			return w.set(&o.Status, mergeListenerSetStatus(&o.Status, &st.Status))
 		}))
 	}
-	for _, st := range s.BackendPolicies {
-		errs = append(errs, writeOne(ctx, w, &v1alpha1.BackendPolicy{}, st.Namespace, st.Name, func(o *v1alpha1.BackendPolicy) bool {
-			return w.set(&o.Status, mergePolicyStatus(&o.Status, &st.Status, w.controllerName))
-		}))
-	}
-	for _, st := range s.ListenerPolicies {
-		errs = append(errs, writeOne(ctx, w, &v1alpha1.ListenerPolicy{}, st.Namespace, st.Name, func(o *v1alpha1.ListenerPolicy) bool {
-			return w.set(&o.Status, mergePolicyStatus(&o.Status, &st.Status, w.controllerName))
-		}))
+	for _, pk := range s.Policies() {
+		kind := resources.KindOf(v1alpha1.GroupName, pk.Kind)
+		for _, st := range pk.List {
+			errs = append(errs, writeOne(ctx, w, kind.New(), st.Namespace, st.Name, func(o resources.Object) bool {
+				ps := o.(v1alpha1.Policy).PolicyStatus()
+				return w.set(ps, mergePolicyStatus(ps, &st.Status, w.controllerName))
+			}))
+		}
 	}
 	errs = append(errs, writeRoutes(ctx, w, &gwv1.TLSRouteList{}, s.TLSRoutes,
 		func(l *gwv1.TLSRouteList) []*gwv1.TLSRoute { return ptrs(l.Items) },
