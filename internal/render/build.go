@@ -36,6 +36,8 @@ type build struct {
 	tlsRoutes      []*gwv1.TLSRoute
 	tcpRoutes      []*gwv1.TCPRoute
 	exposureStatus []Exposure
+	// access are the AccessPolicies of the TenantGateway's and its exposures' spec.access.
+	access []*v1alpha1.AccessPolicy
 	certNames      []CertificateNames
 }
 

@@ -185,6 +185,11 @@ func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg stri
 				r.out.TCPRoutes = append(r.out.TCPRoutes, tr)
 			}
 		}
+		for _, ap := range r.opts.Previous.AccessPolicies {
+			if ap.Namespace == k[0] && ap.Name == k[1] && exposurePolicy(ap) {
+				r.out.AccessPolicies = append(r.out.AccessPolicies, ap)
+			}
+		}
 	}
 }
 
@@ -411,6 +416,7 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 	}}}
 	if l.protocol == gwv1.TCPProtocolType {
 		x.route = "TCPRoute"
+		b.exposureAccess(d, m, "TCPRoute")
 		b.tcpRoutes = append(b.tcpRoutes, &gwv1.TCPRoute{
 			TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TCPRoute"},
 			ObjectMeta: m,
@@ -419,6 +425,7 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 		})
 	} else {
 		x.route = "TLSRoute"
+		b.exposureAccess(d, m, "TLSRoute")
 		hn := make([]gwv1.Hostname, len(hosts))
 		for i, h := range hosts {
 			hn[i] = gwv1.Hostname(h)
@@ -449,8 +456,12 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 			}
 		}
 	}
+	of := fmt.Sprintf("Gateway %s/%s", b.t.Namespace, b.t.Name)
+	if ref := b.t.Spec.ParentGatewayRef; ref != nil {
+		of = fmt.Sprintf("ListenerSet %s/%s on Gateway %s/%s", b.t.Namespace, b.t.Name, ref.Namespace, ref.Name)
+	}
 	b.r.exposureCondition(&x, in.src, v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted,
-		fmt.Sprintf("published as %s on listener %s (port %d) of Gateway %s/%s", strings.Join(hosts, ", "), l.name, l.port, b.t.Namespace, b.t.Name))
+		fmt.Sprintf("published as %s on listener %s (port %d) of %s", strings.Join(hosts, ", "), l.name, l.port, of))
 	b.r.exposureCondition(&x, in.src, v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, "waiting for the data plane")
 	b.r.probeCondition(&x, in.src)
 	b.exposureStatus = append(b.exposureStatus, x)
@@ -517,6 +528,14 @@ func completeExposures(out *Result, st *translate.Status, now func() metav1.Time
 		}
 		gs := st.Gateway(x.gateway[0], x.gateway[1])
 		if gs == nil {
+			// A TenantGateway on a shared Gateway: its listeners are its ListenerSet's.
+			for _, ls := range out.ListenerSets {
+				if ls.Namespace == x.gateway[0] && ls.Name == x.gateway[1] {
+					gs = setAsGateway(st, ls)
+				}
+			}
+		}
+		if gs == nil {
 			continue
 		}
 		x.Status.Addresses = nil
@@ -531,6 +550,7 @@ func completeExposures(out *Result, st *translate.Status, now func() metav1.Time
 		} else if rs := st.TCPRoute(x.Namespace, x.Name); rs != nil {
 			parents = rs.Parents
 		}
+		x.Status.Access = st.Access(x.route, x.Namespace, x.Name)
 		c := metav1.Condition{Type: v1alpha1.ConditionProgrammed, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotProgrammed,
 			Message: "the route has no status from the Gateway", ObservedGeneration: x.Status.ObservedGeneration}
 		for _, p := range parents {

@@ -15,6 +15,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/source/file"
 	"github.com/snigate/snigate/internal/translate"
@@ -39,6 +40,7 @@ type golden struct {
 	HTTPRoutes   []*gwv1.HTTPRoute             `json:"httpRoutes,omitempty"`
 	TLSRoutes    []*gwv1.TLSRoute              `json:"tlsRoutes,omitempty"`
 	TCPRoutes    []*gwv1.TCPRoute              `json:"tcpRoutes,omitempty"`
+	Access       []*v1alpha1.AccessPolicy      `json:"accessPolicies,omitempty"`
 	Issuers      []*cmv1.Issuer                `json:"issuers,omitempty"`
 	Certificates []*cmv1.Certificate           `json:"certificates,omitempty"`
 	Tenants      []Tenant                      `json:"tenants,omitempty"`
@@ -61,7 +63,7 @@ func run(res *resources.Resources, opts Options) (*Result, *translate.Result) {
 
 func renderGolden(t *testing.T, out *Result, tr *translate.Result) string {
 	t.Helper()
-	g := golden{Gateways: out.Gateways, ListenerSets: out.ListenerSets, HTTPRoutes: out.HTTPRoutes, TLSRoutes: out.TLSRoutes, TCPRoutes: out.TCPRoutes,
+	g := golden{Gateways: out.Gateways, ListenerSets: out.ListenerSets, HTTPRoutes: out.HTTPRoutes, TLSRoutes: out.TLSRoutes, TCPRoutes: out.TCPRoutes, Access: out.AccessPolicies,
 		Issuers: out.Issuers, Certificates: out.Certificates, Tenants: out.Tenants, Exposures: out.Exposures, CertNames: out.CertificateNames}
 	for _, e := range tr.Errors {
 		g.Errors = append(g.Errors, e.Error())

@@ -122,8 +122,10 @@ type Result struct {
 	ListenerSets []*gwv1.ListenerSet
 	HTTPRoutes   []*gwv1.HTTPRoute
 	// TLSRoutes and TCPRoutes are the DatabaseExposures' routes.
-	TLSRoutes    []*gwv1.TLSRoute
-	TCPRoutes    []*gwv1.TCPRoute
+	TLSRoutes []*gwv1.TLSRoute
+	TCPRoutes []*gwv1.TCPRoute
+	// AccessPolicies are the DatabaseExposures' and TenantGateways' spec.access (access.go).
+	AccessPolicies []*v1alpha1.AccessPolicy
 	Issuers      []*cmv1.Issuer
 	Certificates []*cmv1.Certificate
 	// Secrets are the wildcard Secrets the existingSecret Gateways serve: the current one,
@@ -165,6 +167,7 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 	out.HTTPRoutes = append(slices.Clip(res.HTTPRoutes), r.HTTPRoutes...)
 	out.TLSRoutes = append(slices.Clip(res.TLSRoutes), r.TLSRoutes...)
 	out.TCPRoutes = append(slices.Clip(res.TCPRoutes), r.TCPRoutes...)
+	out.AccessPolicies = append(slices.Clip(res.AccessPolicies), r.AccessPolicies...)
 	if len(r.Secrets) > 0 {
 		kept := map[[2]string]*corev1.Secret{}
 		for _, s := range r.Secrets {
@@ -186,7 +189,7 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 			}
 		}
 	}
-	if len(r.Gateways)+len(r.ListenerSets)+len(r.HTTPRoutes)+len(r.TLSRoutes)+len(r.TCPRoutes) > 0 {
+	if len(r.Gateways)+len(r.ListenerSets)+len(r.HTTPRoutes)+len(r.TLSRoutes)+len(r.TCPRoutes)+len(r.AccessPolicies) > 0 {
 		out.Origins = make(map[string]string, len(res.Origins)+len(r.Gateways)+len(r.HTTPRoutes))
 		for k, v := range res.Origins {
 			out.Origins[k] = v
@@ -205,6 +208,13 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 		}
 		for _, tr := range r.TCPRoutes {
 			out.Origins[resources.OriginKey("TCPRoute", tr.Namespace, tr.Name)] = res.Origin("DatabaseExposure", tr.Namespace, tr.Labels[LabelDatabaseExposure])
+		}
+		for _, ap := range r.AccessPolicies {
+			origin := res.Origin("TenantGateway", ap.Namespace, ap.Labels[LabelTenantGateway])
+			if exposurePolicy(ap) {
+				origin = res.Origin("DatabaseExposure", ap.Namespace, ap.Labels[LabelDatabaseExposure])
+			}
+			out.Origins[resources.OriginKey("AccessPolicy", ap.Namespace, ap.Name)] = origin
 		}
 	}
 	return &out
@@ -264,6 +274,7 @@ func Render(in *resources.Resources, opts Options) *Result {
 		r.out.HTTPRoutes = reuse(r.out.HTTPRoutes, p.HTTPRoutes)
 		r.out.TLSRoutes = reuse(r.out.TLSRoutes, p.TLSRoutes)
 		r.out.TCPRoutes = reuse(r.out.TCPRoutes, p.TCPRoutes)
+		r.out.AccessPolicies = reuse(r.out.AccessPolicies, p.AccessPolicies)
 		r.out.Issuers = reuse(r.out.Issuers, p.Issuers)
 		r.out.Certificates = reuse(r.out.Certificates, p.Certificates)
 		for i := range r.out.Tenants {
@@ -373,6 +384,7 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	}
 	b.redirect()
 	b.certificates()
+	b.tenantAccess()
 	if msg := r.certificateNameInUse(t, b); msg != "" {
 		keepPrevious(v1alpha1.ConditionReady, v1alpha1.ReasonNameInUse, msg)
 		return
@@ -402,6 +414,7 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	r.out.HTTPRoutes = append(r.out.HTTPRoutes, b.routes...)
 	r.out.TLSRoutes = append(r.out.TLSRoutes, b.tlsRoutes...)
 	r.out.TCPRoutes = append(r.out.TCPRoutes, b.tcpRoutes...)
+	r.out.AccessPolicies = append(r.out.AccessPolicies, b.access...)
 	r.out.Exposures = append(r.out.Exposures, b.exposureStatus...)
 	r.out.CertificateNames = mergeCertificateNames(r.out.CertificateNames, b.certNames)
 	r.out.Issuers = append(r.out.Issuers, b.issuers...)
@@ -498,6 +511,11 @@ func (r *renderer) previous(t *v1alpha1.TenantGateway, st *Tenant) {
 	for _, h := range p.HTTPRoutes {
 		if mine(h) {
 			r.out.HTTPRoutes = append(r.out.HTTPRoutes, h)
+		}
+	}
+	for _, ap := range p.AccessPolicies {
+		if mine(ap) && !exposurePolicy(ap) {
+			r.out.AccessPolicies = append(r.out.AccessPolicies, ap)
 		}
 	}
 	for _, i := range p.Issuers {

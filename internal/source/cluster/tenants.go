@@ -290,6 +290,9 @@ func renderedObjects(out *render.Result, certManager bool) []client.Object {
 	for _, r := range out.TCPRoutes {
 		objs = append(objs, r)
 	}
+	for _, a := range out.AccessPolicies {
+		objs = append(objs, a)
+	}
 	if certManager {
 		for _, i := range out.Issuers {
 			objs = append(objs, i)
@@ -335,6 +338,7 @@ var staleKinds = []struct {
 	{gwv1.SchemeGroupVersion.WithKind("Gateway"), false},
 	{gwv1.SchemeGroupVersion.WithKind("ListenerSet"), false},
 	{gwv1.SchemeGroupVersion.WithKind("HTTPRoute"), false},
+	{v1alpha1.GroupVersion.WithKind("AccessPolicy"), false},
 	{cmv1.SchemeGroupVersion.WithKind(cmv1.IssuerKind), true},
 	{cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind), true},
 }
@@ -460,10 +464,11 @@ func splitNames(s string) []string {
 	return strings.Split(s, ",")
 }
 
-// deleteStaleRoutes deletes the routes of DatabaseExposures rendered anew this time that
-// they no longer have: the route of an exposure that lost a conflict, or whose engine moved
-// it from a TLSRoute to a TCPRoute. A deleted exposure's route goes with it (garbage
-// collection); one whose TenantGateway kept its previous objects keeps its route.
+// deleteStaleRoutes deletes the routes and AccessPolicies of DatabaseExposures rendered anew
+// this time that they no longer have: the route of an exposure that lost a conflict, or
+// whose engine moved it from a TLSRoute to a TCPRoute; the AccessPolicy of one whose
+// spec.access was removed. A deleted exposure's objects go with it (garbage collection); one
+// whose TenantGateway kept its previous objects keeps them.
 func (a *tenantApplier) deleteStaleRoutes(ctx context.Context, out *render.Result, want map[objectKey]bool) []error {
 	fresh := map[types.NamespacedName]bool{}
 	for _, x := range out.Exposures {
@@ -472,10 +477,15 @@ func (a *tenantApplier) deleteStaleRoutes(ctx context.Context, out *render.Resul
 		}
 	}
 	var errs []error
-	for _, kind := range []string{"TLSRoute", "TCPRoute"} {
+	for _, gvk := range []schema.GroupVersionKind{gwv1.SchemeGroupVersion.WithKind("TLSRoute"), gwv1.SchemeGroupVersion.WithKind("TCPRoute"),
+		v1alpha1.GroupVersion.WithKind("AccessPolicy")} {
+		kind := gvk.Kind
 		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gwv1.SchemeGroupVersion.WithKind(kind + "List"))
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(kind + "List"))
 		if err := a.cl.List(ctx, list, client.HasLabels{render.LabelDatabaseExposure}); err != nil {
+			if meta.IsNoMatchError(err) {
+				continue // a CRD the API server does not serve: nothing of it to delete
+			}
 			errs = append(errs, fmt.Errorf("listing %ss: %w", kind, err))
 			continue
 		}
@@ -488,7 +498,7 @@ func (a *tenantApplier) deleteStaleRoutes(ctx context.Context, out *render.Resul
 			if want[objectKey{kind, o.GetNamespace(), o.GetName()}] {
 				continue
 			}
-			a.log.Info("deleting the route a DatabaseExposure no longer has", "kind", kind,
+			a.log.Info("deleting what a DatabaseExposure no longer has", "kind", kind,
 				"namespace", o.GetNamespace(), "name", o.GetName())
 			if err := a.cl.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", kind, o.GetNamespace(), o.GetName(), err))
