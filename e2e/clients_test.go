@@ -67,6 +67,12 @@ func tryTLS(port int, cfg *tls.Config) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	return sessionOn(c, cfg)
+}
+
+// sessionOn completes the handshake on the connection c and reads the backend's greeting;
+// it closes c on error.
+func sessionOn(c net.Conn, cfg *tls.Config) (*session, error) {
 	raw := c.(*net.TCPConn)
 	raw.SetDeadline(time.Now().Add(ioTimeout))
 	tc := tls.Client(raw, cfg)
