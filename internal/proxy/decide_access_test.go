@@ -63,7 +63,7 @@ func accessPorts() (tls, tcp *snapshot.Port, pols map[string]*access.Policy) {
 	tcpRoute := route("tcp")
 	tcpRoute.Access = []*access.Policy{pols["tcp"]}
 	tcp = &snapshot.Port{Address: "127.0.0.1:3306", Protocol: snapshot.ProtocolTCP,
-		TCP: &snapshot.Listener{Name: "gw/tcp", Route: tcpRoute, Access: []*access.Policy{pols["block"]}},
+		TCP:     &snapshot.Listener{Name: "gw/tcp", Route: tcpRoute, Access: []*access.Policy{pols["block"]}},
 		ProxyIn: &snapshot.InboundProxy{Trusted: mustPrefixes("127.0.0.0/8")}}
 	return tls, tcp, pols
 }

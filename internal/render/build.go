@@ -37,8 +37,8 @@ type build struct {
 	tcpRoutes      []*gwv1.TCPRoute
 	exposureStatus []Exposure
 	// access are the AccessPolicies of the TenantGateway's and its exposures' spec.access.
-	access []*v1alpha1.AccessPolicy
-	certNames      []CertificateNames
+	access    []*v1alpha1.AccessPolicy
+	certNames []CertificateNames
 }
 
 type httpsListener struct {

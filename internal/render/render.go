@@ -126,8 +126,8 @@ type Result struct {
 	TCPRoutes []*gwv1.TCPRoute
 	// AccessPolicies are the DatabaseExposures' and TenantGateways' spec.access (access.go).
 	AccessPolicies []*v1alpha1.AccessPolicy
-	Issuers      []*cmv1.Issuer
-	Certificates []*cmv1.Certificate
+	Issuers        []*cmv1.Issuer
+	Certificates   []*cmv1.Certificate
 	// Secrets are the wildcard Secrets the existingSecret Gateways serve: the current one,
 	// or the last good one while the current is missing or invalid (Merge puts them in
 	// place of what the input holds, so the previous Gateway keeps its certificate).
