@@ -112,6 +112,10 @@ redis_cache="redis-cli -h 127.0.0.1 -p 16379 --tls --sni cache.redis.db.demo.tes
 serial_seen="openssl s_client -connect 127.0.0.1:15432 -starttls postgres -servername orders.postgres.db.demo.test -CAfile $certs/ca.pem </dev/null 2>/dev/null | openssl x509 -noout -serial"
 serial_file="openssl x509 -in $certs/orders.pem -noout -serial"
 no_sni="openssl s_client -connect 127.0.0.1:15432 -starttls postgres -noservername </dev/null"
+# billing allows 127.0.0.1 alone (spec.access): the same client from 127.0.0.2 is refused.
+billing_allowed="openssl s_client -bind 127.0.0.1:0 -connect 127.0.0.1:15432 -starttls postgres -servername billing.postgres.db.demo.test -CAfile $certs/ca.pem </dev/null 2>&1 | grep -m1 'Verify return code'"
+billing_refused="openssl s_client -bind 127.0.0.2:0 -connect 127.0.0.1:15432 -starttls postgres -servername billing.postgres.db.demo.test -CAfile $certs/ca.pem </dev/null"
+refusals="curl -s http://127.0.0.1:19901/metrics | grep 'snigate_rejected_connections_total{reason=\"client_not_allowed\"'"
 redis_plain="redis-cli -h 127.0.0.1 -p 16379 PING"
 plaintext="psql \"host=127.0.0.1 port=15432 sslmode=disable user=postgres dbname=orders\" -c 'select 1'"
 
@@ -129,6 +133,10 @@ if [ "${DEMO_SELFTEST:-}" = 1 ]; then
     out=$(bash -c "$no_sni" 2>&1 || true)
     if [[ "$out" == *"BEGIN CERTIFICATE"* ]]; then echo "FAIL no SNI got a certificate"; fail=1; else echo "ok   no SNI: closed, no certificate"; fi
     check "plaintext psql is refused" "only over TLS" "$plaintext"
+    check "billing from 127.0.0.1, which its access allows" "Verify return code: 0 (ok)" "$billing_allowed"
+    out=$(bash -c "$billing_refused" 2>&1 || true)
+    if [[ "$out" == *"BEGIN CERTIFICATE"* ]]; then echo "FAIL billing from 127.0.0.2 got a certificate"; fail=1; else echo "ok   billing from 127.0.0.2: closed, no certificate"; fi
+    check "the refusal is counted on billing's route" 'route="TLSRoute/demo/billing"' "$refusals"
   fi
   if $redis_ok; then
     check "redis-cli --tls --sni" PONG "$redis_cache"
@@ -168,6 +176,11 @@ Gateway's 5432 and 6379), every database by its own name, TLS end to end. Try:
   $no_sni
   $plaintext
   $redis_plain
+  # billing is restricted to 127.0.0.1 (spec.access): from 127.0.0.2 it is closed without a
+  # byte after 'S', and counted (its status lists the access in force)
+  $billing_allowed
+  $billing_refused
+  $refusals
 
   bin/snigate check -f examples/databases                  # exposures, listeners, routes
   # each exposure's status, with the certificate probe's verdict (CertificateVerified) and

@@ -136,6 +136,9 @@ func writeTenants(out io.Writer, in *resources.Resources, r *render.Result, anch
 		if x.Status.Connect != "" {
 			fmt.Fprintf(w, "  connect: %s\n", x.Status.Connect)
 		}
+		for _, a := range x.Status.Access {
+			fmt.Fprintf(w, "  access %s (%s): %s\n", a.Policy, a.Target, a.Rules)
+		}
 		fmt.Fprintln(w)
 	}
 	for _, a := range anchors.Anchors {

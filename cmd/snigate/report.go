@@ -260,6 +260,9 @@ func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) er
 				fmt.Fprintf(w, " certificates=[%s]", strings.Join(l.Certs, "; "))
 			}
 			fmt.Fprintln(w)
+			for _, a := range l.Access {
+				fmt.Fprintf(w, "      access %s (%s): %s\n", a.Policy, a.Target, a.Rules)
+			}
 			if l.HTTP != nil {
 				if len(l.HTTP) == 0 {
 					fmt.Fprintf(w, "      (no HTTPRoute: every request gets 404)\n")
@@ -293,6 +296,9 @@ func writeReport(out io.Writer, in *resources.Resources, r *translate.Result) er
 					fmt.Fprintf(w, "      %s -> %s\n", rt.Hostname, rt.Name)
 				} else {
 					fmt.Fprintf(w, "      -> %s\n", rt.Name)
+				}
+				for _, a := range rt.Access {
+					fmt.Fprintf(w, "        access %s: %s\n", a.Policy, a.Rules)
 				}
 				for _, b := range rt.Backends {
 					fmt.Fprintf(w, "        %s weight=%d", b.Name, b.Weight)
