@@ -21,8 +21,9 @@ import (
 // The admin status page in a real headless Chromium (Debian's chromium, driven over the
 // DevTools protocol by chromedp): it loads without a console error, a failed request or a
 // script exception; it reloads itself, so a route added to the files after start shows up
-// without a click; and a route's open connections are live (one held open shows 1, 0 once
-// closed). SNIGATE_SCREENSHOT=file.png saves what the browser saw.
+// without a click; a route's open connections are live (one held open shows 1, 0 once
+// closed); an AccessPolicy added to a route is named on its row, with the connections it
+// refused. SNIGATE_SCREENSHOT=file.png saves what the browser saw.
 func TestStatusPageInChromium(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	testutil.Require(t, "chromium (Debian package chromium, scripts/install-test-deps.sh)", err)
@@ -89,12 +90,14 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Fatalf("opening %s in Chromium: %v", page, err)
 	}
 
-	// openOf reads, from the page as the browser shows it, the Open cell of route's row
-	// ("" when there is no such row).
-	openOf := func(route string) string {
+	// cellOf reads, from the page as the browser shows it, the cell of route's row under the
+	// header column ("" when there is no such row).
+	cellOf := func(route, column string) string {
 		js := fmt.Sprintf(`(() => { for (const tr of document.querySelectorAll("table.routes tr")) {
-			const c = tr.querySelector("td.route"); if (c && c.textContent.trim() === %q) return tr.children[5].textContent.trim(); }
-			return ""; })()`, route)
+			const c = tr.querySelector("td.route"); if (!c || c.textContent.trim() !== %q) continue;
+			const heads = [...tr.closest("table").querySelectorAll("th")].map(th => th.textContent.trim());
+			return tr.children[heads.indexOf(%q)].textContent.trim(); }
+			return ""; })()`, route, column)
 		// The page may be between two loads: a failed evaluation is "not there yet".
 		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
 		if err != nil {
@@ -102,21 +105,23 @@ func TestStatusPageInChromium(t *testing.T) {
 		}
 		return got
 	}
-	waitOpen := func(what, route, want string) {
+	openOf := func(route string) string { return cellOf(route, "Open") }
+	waitCell := func(what, route, column, want string) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			got := openOf(route)
+			got := cellOf(route, column)
 			if got == want {
 				return
 			}
 			if time.Now().After(deadline) {
 				body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-				t.Fatalf("%s: the page shows %q open for %s, want %q; it reads:\n%s", what, got, route, want, body)
+				t.Fatalf("%s: the page shows %s %q for %s, want %q; it reads:\n%s", what, column, got, route, want, body)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	waitOpen := func(what, route, want string) { t.Helper(); waitCell(what, route, "Open", want) }
 	waitOpen("at start", "TLSRoute/default/first", "0")
 	if openOf("TLSRoute/default/second") != "" {
 		t.Fatal("a route not yet written is on the page")
@@ -140,6 +145,15 @@ func TestStatusPageInChromium(t *testing.T) {
 	s.finish()
 	s.raw.Close()
 	waitOpen("after the connection closed", "TLSRoute/default/second", "0")
+
+	// An AccessPolicy on it: the page names it, and counts the connection it refuses.
+	gen = g.generation(t)
+	writeFile(t, dir, "access.yaml", accessPolicyYAML("second", "TLSRoute", "second", "", "  sourceRanges: [127.0.0.1/32]"))
+	g.waitGeneration(t, gen)
+	waitCell("with an AccessPolicy", "TLSRoute/default/second", "Access", "default/second")
+	waitCell("with an AccessPolicy, nothing refused yet", "TLSRoute/default/second", "Refused", "0")
+	refusedFrom(t, "127.0.0.2", port, ca.ClientConfig("b.test"))
+	waitCell("after a refusal", "TLSRoute/default/second", "Refused", "1")
 
 	if path := os.Getenv("SNIGATE_SCREENSHOT"); path != "" {
 		if png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90)); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,6 +107,10 @@ type routeRow struct {
 	// Open is the route's open connections (TLS and TCP routes); Requests its HTTP requests
 	// so far (HTTP routes), -1 when it does not apply.
 	Open, Requests float64
+	// Access are the AccessPolicies a connection must pass (the listener's, then the
+	// route's); Refused how many connections they refused on the route so far.
+	Access  []snapshot.AccessDescription
+	Refused float64
 }
 
 type objectView struct {
@@ -147,6 +152,7 @@ type exposureView struct {
 	Listener  string
 	Port      int32
 	Cert      *v1alpha1.ServerCertificate
+	Access    []v1alpha1.AccessInForce
 }
 
 func servePage(m *metrics.Metrics, state func() State) http.HandlerFunc {
@@ -175,20 +181,31 @@ func servePage(m *metrics.Metrics, state func() State) http.HandlerFunc {
 }
 
 // samples are the page's metric values: open connections per route and per bind address,
-// and HTTP requests per route.
+// HTTP requests per route, and per route the connections its AccessPolicies refused.
 type samples struct {
-	routeOpen, addrOpen, routeRequests map[string]float64
+	routeOpen, addrOpen, routeRequests, routeRefused map[string]float64
 }
+
+// accessReasons are the reject reasons of the AccessPolicies (package proxy's outcomes).
+var accessReasons = map[string]bool{"client_not_allowed": true, "route_connection_limit": true,
+	"client_connection_limit": true, "client_rate_limited": true}
 
 // gatherByLabel reads the three families the page shows from the registry, as a scrape
 // would: the page shows what Prometheus sees.
 func gatherByLabel(m *metrics.Metrics) samples {
-	s := samples{routeOpen: map[string]float64{}, addrOpen: map[string]float64{}, routeRequests: map[string]float64{}}
+	s := samples{routeOpen: map[string]float64{}, addrOpen: map[string]float64{}, routeRequests: map[string]float64{}, routeRefused: map[string]float64{}}
 	families, _ := m.Registry.Gather() // a partial gather is still worth showing
 	for _, f := range families {
 		var into map[string]float64
 		var label string
 		switch f.GetName() {
+		case "snigate_rejected_connections_total":
+			for _, mt := range f.GetMetric() {
+				if accessReasons[labelValue(mt, "reason")] {
+					s.routeRefused[labelValue(mt, "route")] += value(mt)
+				}
+			}
+			continue
 		case "snigate_route_active_connections":
 			into, label = s.routeOpen, "route"
 		case "snigate_active_connections":
@@ -264,7 +281,8 @@ func buildPage(st State, s samples, q string, now time.Time) page {
 				for _, rt := range l.Routes {
 					if match(l.Name, l.Hostname, rt.Name, rt.Hostname) && keep("ports") {
 						pv.Rows = append(pv.Rows, routeRow{Listener: l.Name, ListenerHost: l.Hostname, Mode: l.Mode,
-							Hostname: rt.Hostname, Route: rt.Name, Backends: rt.Backends, Open: s.routeOpen[rt.Name], Requests: -1})
+							Hostname: rt.Hostname, Route: rt.Name, Backends: rt.Backends, Open: s.routeOpen[rt.Name], Requests: -1,
+							Access: append(slices.Clip(l.Access), rt.Access...), Refused: s.routeRefused[rt.Name]})
 					}
 				}
 				for _, h := range l.HTTP {
@@ -272,7 +290,8 @@ func buildPage(st State, s samples, q string, now time.Time) page {
 						if match(l.Name, l.Hostname, mt.Route, h.Hostname) && keep("ports") {
 							pv.Rows = append(pv.Rows, routeRow{Listener: l.Name, ListenerHost: l.Hostname, Mode: l.Mode,
 								Hostname: h.Hostname, Match: strings.TrimSpace(mt.Path + " " + mt.Method), Route: mt.Route,
-								Backends: mt.Backends, Redirect: redirect(mt.Redirect), Open: -1, Requests: s.routeRequests[mt.Route]})
+								Backends: mt.Backends, Redirect: redirect(mt.Redirect), Open: -1, Requests: s.routeRequests[mt.Route],
+								Access: l.Access, Refused: -1})
 						}
 					}
 				}
@@ -357,7 +376,8 @@ func buildPage(st State, s samples, q string, now time.Time) page {
 			continue
 		}
 		p.Exposures = append(p.Exposures, exposureView{objectView: objectView{"DatabaseExposure", x.Namespace, x.Name, x.Status.Conditions},
-			Hostnames: x.Status.Hostnames, Listener: x.Status.Listener, Port: x.Status.Port, Cert: x.Status.ServerCertificate})
+			Hostnames: x.Status.Hostnames, Listener: x.Status.Listener, Port: x.Status.Port, Cert: x.Status.ServerCertificate,
+			Access: x.Status.Access})
 	}
 	for _, a := range st.TrustAnchors {
 		if match(a.Namespace, a.Name) && keep("anchors") {
