@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 
+	"github.com/snigate/snigate/internal/access"
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/proxy"
@@ -29,27 +30,28 @@ import (
 type runFlags struct {
 	admin, metrics, bind                                           *string
 	helloTimeout, dialTimeout, idleTimeout, keepAlive, drain, spin *time.Duration
-	helloMax                                                       *int
+	helloMax, accessClients                                        *int
 	accessLog, ioURing                                             *bool
 	logFormat, logLevel                                            *string
 }
 
 func addRunFlags(fs *flag.FlagSet) *runFlags {
 	return &runFlags{
-		admin:        fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status, /debug/pprof (empty disables); keep it on loopback: /status names every tenant's hostnames and backends"),
-		metrics:      fs.String("metrics", "", "listener for /metrics, /healthz and /readyz only, for a Pod network (empty disables)"),
-		bind:         fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses"),
-		helloTimeout: fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello"),
-		helloMax:     fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello"),
-		dialTimeout:  fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout"),
-		idleTimeout:  fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)"),
-		keepAlive:    fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)"),
-		drain:        fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish"),
-		accessLog:    fs.Bool("access-log", true, "log one line per connection"),
-		ioURing:      fs.Bool("io-uring", false, "relay loops wait on io_uring where the kernel allows it (Linux 6.12+, not refused by seccomp or kernel.io_uring_disabled), on epoll otherwise, with a warning"),
-		spin:         fs.Duration("spin", relay.DefaultSpin, "how long a relay loop that has just worked asks again without waiting before it sleeps, when such spins have been paying: fewer wake-ups for the CPUs that send to it under many busy connections, at up to this much CPU per spin that finds nothing (0: never spin; epoll loops only)"),
-		logFormat:    fs.String("log-format", "text", "log format: json or text"),
-		logLevel:     fs.String("log-level", "info", "log level: debug, info, warn, error"),
+		admin:         fs.String("admin", "127.0.0.1:9901", "admin listener for /metrics, /healthz, /readyz, /status, /debug/pprof (empty disables); keep it on loopback: /status names every tenant's hostnames and backends"),
+		metrics:       fs.String("metrics", "", "listener for /metrics, /healthz and /readyz only, for a Pod network (empty disables)"),
+		bind:          fs.String("bind", "0.0.0.0", "bind address for Gateways without an IPAddress in spec.addresses"),
+		helloTimeout:  fs.Duration("hello-timeout", 10*time.Second, "deadline for a complete ClientHello"),
+		helloMax:      fs.Int("hello-max-bytes", 64<<10, "size cap for the ClientHello"),
+		dialTimeout:   fs.Duration("dial-timeout", 5*time.Second, "backend connect timeout"),
+		idleTimeout:   fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)"),
+		keepAlive:     fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)"),
+		drain:         fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish"),
+		accessLog:     fs.Bool("access-log", true, "log one line per connection"),
+		accessClients: fs.Int("access-clients", access.DefaultClients, "how many clients the AccessPolicies' per-client limits track at most, over all policies (about 48 bytes each with the index, made as clients come): a flood from more addresses evicts the least recently seen clients that hold no connection"),
+		ioURing:       fs.Bool("io-uring", false, "relay loops wait on io_uring where the kernel allows it (Linux 6.12+, not refused by seccomp or kernel.io_uring_disabled), on epoll otherwise, with a warning"),
+		spin:          fs.Duration("spin", relay.DefaultSpin, "how long a relay loop that has just worked asks again without waiting before it sleeps, when such spins have been paying: fewer wake-ups for the CPUs that send to it under many busy connections, at up to this much CPU per spin that finds nothing (0: never spin; epoll loops only)"),
+		logFormat:     fs.String("log-format", "text", "log format: json or text"),
+		logLevel:      fs.String("log-level", "info", "log level: debug, info, warn, error"),
 	}
 }
 
@@ -69,7 +71,7 @@ func (f *runFlags) newProxy(m *metrics.Metrics, lg *logs) *proxy.Proxy {
 	return proxy.New(proxy.Options{
 		HelloTimeout: *f.helloTimeout, HelloMaxBytes: *f.helloMax, DialTimeout: *f.dialTimeout,
 		IdleTimeout: *f.idleTimeout, KeepAlive: *f.keepAlive, AccessLog: lg.access, IOURing: *f.ioURing,
-		Spin: spinOption(*f.spin), Metrics: m, Logger: lg.log,
+		Spin: spinOption(*f.spin), AccessClients: *f.accessClients, Metrics: m, Logger: lg.log,
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
+	"github.com/snigate/snigate/internal/access"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/testutil"
 )
@@ -74,6 +75,19 @@ func exported(t *testing.T) map[string]bool {
 					out[name[1]+s] = true
 				}
 			}
+		}
+	}
+	// The collectors registered by a method (the access log's, the AccessPolicies'): their
+	// names as a scrape shows them.
+	m.AccessLogDropped(func() float64 { return 0 })
+	m.AccessClients(access.NewLimiter(1))
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "snigate_") {
+			out[f.GetName()] = true
 		}
 	}
 	if len(out) < 10 {

@@ -245,17 +245,8 @@ func (c *conn) handle(port *snapshot.Port, already []byte) {
 		if d.reply != nil {
 			client.Write(d.reply)
 		}
-		if d.listener != nil {
-			c.listener = d.listener.Name
-		}
-		if d.route != nil {
-			c.route = d.route.Name
-		}
-		policy := ""
-		if d.policy != nil {
-			policy = d.policy.Name
-		}
-		c.rejectBy(d.reason, string(d.sni()), policy)
+		c.p.rejected(c.decidedRejection(&d))
+		client.Close()
 	case kindTCP:
 		c.forward(d.listener, d.route, pre)
 	case kindHTTP:
@@ -886,15 +877,31 @@ func offeredALPN(hello []byte) string {
 }
 
 // reject closes the connection without writing a byte, and counts and logs why.
-func (c *conn) reject(reason outcome, sni string) { c.rejectBy(reason, sni, "") }
-
-// rejectBy is reject naming the AccessPolicy that refused the connection.
-func (c *conn) rejectBy(reason outcome, sni, policy string) {
+func (c *conn) reject(reason outcome, sni string) {
 	// Counted before the close: a client that sees its connection end finds the rejection
 	// in the metrics already.
-	c.p.rejected(c.rejection(reason, sni, policy))
+	c.p.rejected(c.rejection(reason, sni, ""))
 	c.client.Close()
 }
+
+// decidedRejection is c's rejection as decide made it: its reason, and the listener, route
+// and policy it names when an AccessPolicy refused it.
+func (c *conn) decidedRejection(d *decision) rejection {
+	if d.listener != nil {
+		c.listener = d.listener.Name
+	}
+	if d.route != nil {
+		c.route = d.route.Name
+	}
+	policy := ""
+	if d.policy != nil {
+		policy = d.policy.Name
+	}
+	return c.rejection(d.reason, string(d.sni()), policy)
+}
+
+// noteRejection counts and logs a rejection the relay's loop closes (router.Route).
+func (c *conn) noteRejection(d *decision) { c.p.rejected(c.decidedRejection(d)) }
 
 // rejection is c's rejection for reason.
 func (c *conn) rejection(reason outcome, sni, policy string) rejection {

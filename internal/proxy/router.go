@@ -23,6 +23,7 @@ type router struct{}
 var (
 	verdictWait    = relay.Verdict{Action: relay.Wait}
 	verdictRelease = relay.Verdict{Action: relay.Release}
+	verdictClose   = relay.Verdict{Action: relay.Close}
 )
 
 func (router) Route(pr *relay.Pair, tag any, pre []byte) relay.Verdict {
@@ -49,6 +50,15 @@ func (router) Route(pr *relay.Pair, tag any, pre []byte) relay.Verdict {
 	}
 	c.takeHold(&d)
 	switch {
+	case d.kind == kindReject && d.reply == nil:
+		// Refused without a byte (an unknown SNI, an AccessPolicy…): counted and logged
+		// here, closed by the loop. A flood of such connections then costs no goroutine and
+		// no hand-over, which the clients that are served wait behind (the PostgreSQL
+		// bridge, terminated TLS).
+		c.acceptProxy(&d)
+		c.negotiation = d.negotiation
+		c.noteRejection(&d)
+		return verdictClose
 	case d.kind == kindTCP:
 		if v, ok := c.connectVerdict(d.listener, d.route, false, &d, pre); ok {
 			c.negotiation = d.negotiation
@@ -144,6 +154,14 @@ func (router) Release(tag any, fd int, pre []byte, err error) {
 
 func (router) Done(tag any, res relay.Result) {
 	c := tag.(*conn)
+	if res.Outcome == relay.OutcomeClosed {
+		// Route counted and logged the rejection it closed.
+		c.backendMu.Lock()
+		c.pair, c.relayEnded = nil, true
+		c.backendMu.Unlock()
+		c.unregister()
+		return
+	}
 	if res.Outcome == relay.OutcomeDialFailed {
 		c.backendMu.Lock()
 		c.pair, c.relayEnded = nil, true

@@ -17,6 +17,9 @@ var (
 // OutcomeDialFailed ends an adopted pair whose router gave up dialing (Result.Err says why).
 const OutcomeDialFailed = "dial_failed"
 
+// OutcomeClosed ends an adopted pair its router closed (a Close verdict).
+const OutcomeClosed = "closed"
+
 // Acceptor is told of every connection the loops accept on a Listener. Its methods run on
 // a loop and must not block: the loop's other pairs wait meanwhile.
 type Acceptor interface {
@@ -53,8 +56,9 @@ type Router interface {
 	// deadline (ErrDeadline). It runs on a goroutine outside the loops, one at a time with
 	// the relay's other hand-overs: it may start goroutines, but should not block either.
 	Release(tag any, fd int, pre []byte, err error)
-	// Done is called when the pair ended after a Connect verdict, or was stopped before any
-	// (Result.Outcome is then what Stop was given). Both sockets are closed.
+	// Done is called when the pair ended after a Connect verdict, after a Close verdict
+	// (Result.Outcome OutcomeClosed), or was stopped before any (Result.Outcome is then
+	// what Stop was given). Both sockets are closed.
 	Done(tag any, res Result)
 }
 
@@ -68,6 +72,11 @@ const (
 	Release
 	// Connect to Verdict.To and relay: the bytes read so far go to the backend first.
 	Connect
+	// Close the client's socket on the loop, writing nothing to it; Router.Done follows
+	// with OutcomeClosed. For the clients a router refuses: no goroutine, no hand-over
+	// (which every other client released waits behind), so that a flood of refused
+	// connections costs as little as the relay can make it.
+	Close
 )
 
 // Verdict is Router.Route's answer.

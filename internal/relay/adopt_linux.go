@@ -109,6 +109,9 @@ func (p *Pair) decide(v Verdict) {
 	case Release:
 		p.release(nil)
 		return
+	case Close:
+		p.finish(nil, OutcomeClosed, 0)
+		return
 	}
 	if v.Skip > 0 || len(v.Prefix) > 0 {
 		if !d.reframe(v.Skip, v.Prefix) {

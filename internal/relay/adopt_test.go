@@ -314,6 +314,37 @@ func TestAdoptRelease(t *testing.T) {
 	waitPairs(t, r, 0)
 }
 
+// A Close verdict closes the client on the loop without a byte, and Done says so; nothing
+// is released. At once (before any byte) and after some.
+func TestAdoptClose(t *testing.T) {
+	r := newRelay(t, 1)
+	rl := listenRelay(t, r)
+	for _, at := range []int{0, 4} {
+		rt := newTestRouter(func(pre []byte) Verdict {
+			if len(pre) < at {
+				return Verdict{Action: Wait}
+			}
+			return Verdict{Action: Close}
+		})
+		client := rl.adopted(t, rt, nil, time.Now().Add(5*time.Second))
+		client.Write([]byte("refused\r\n"))
+		res := rt.waitDone(t)
+		if res.Outcome != OutcomeClosed || res.Err != nil || res.Bytes != [2]int64{} {
+			t.Fatalf("closed after %d bytes: done with %+v", at, res)
+		}
+		client.SetDeadline(time.Now().Add(5 * time.Second))
+		if got, err := io.ReadAll(client); len(got) != 0 {
+			t.Fatalf("closed client read %q, %v; want nothing", got, err)
+		}
+		select {
+		case rel := <-rt.released:
+			t.Fatalf("released (%v) after a Close", rel.err)
+		default:
+		}
+	}
+	waitPairs(t, r, 0)
+}
+
 // After a failed connect the router's next endpoint is dialed; when it has none left, the
 // pair ends with OutcomeDialFailed and the client is closed.
 func TestAdoptDialFailures(t *testing.T) {

@@ -6,7 +6,8 @@
 //	/tmp/ab --loadgen /tmp/loadgen --backend /tmp/backend --test latency --rounds 9 \
 //	    direct before=/tmp/snigate-main after=bin/snigate nginx
 //
-// A target is direct (no proxy), haproxy, nginx, sniproxy, or NAME=PATH: a snigate binary.
+// A target is direct (no proxy), haproxy, nginx, sniproxy, or NAME=PATH: a snigate binary
+// (NAME=PATH@access: with peers.BenchAccess, an AccessPolicy, on every route).
 // The layout is the harness's: the backend and the load generator on CPU 0, each proxy on
 // CPU 1 (moved to CPU 0 for the latency test, as bench/run.sh does), all started once and
 // measured in turn, in an order rotated every round. Each round prints one line per target;
@@ -195,15 +196,19 @@ func main() {
 	var targets []*target
 	for _, a := range flag.Args() {
 		t := &target{name: a, kind: a}
+		access := ""
 		if name, bin, ok := strings.Cut(a, "="); ok {
 			t.name, t.kind, t.bin = name, "snigate", bin
+			if b, ok := strings.CutSuffix(bin, "@access"); ok {
+				t.bin, access = b, peers.BenchAccess
+			}
 		}
 		if t.kind != "direct" {
 			pass, err := fixture.FreePort()
 			if err != nil {
 				log.Fatal(err)
 			}
-			t.spec = peers.Spec{Dir: filepath.Join(work, t.name), Pass: addr(pass), Routes: routes, AccessLog: *accessLog}
+			t.spec = peers.Spec{Dir: filepath.Join(work, t.name), Pass: addr(pass), Routes: routes, AccessLog: *accessLog, Access: access}
 			if *accessLog && t.kind == "sniproxy" {
 				log.Fatalf("%s: no comparable access log (sniproxy logs to syslog only)", t.name)
 			}

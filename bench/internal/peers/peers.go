@@ -53,7 +53,20 @@ type Spec struct {
 	// standard output, which the harness sends to a file, nginx's to access.log in Dir.
 	// sniproxy: not supported.
 	AccessLog bool
+	// Access, snigate only, is the body (YAML, at the level of spec) of an AccessPolicy put
+	// on every route: what a platform pays per connection for a per-database allow-list and
+	// limits. Empty: none.
+	Access string
 }
+
+// BenchAccess is an AccessPolicy body as a platform would give every database: a few allowed
+// ranges (the load generator's among them), a denied address, a cap on the route and a
+// per-client cap and rate high enough never to refuse the benchmark's own connections, so
+// that every connection takes every check and every count.
+const BenchAccess = `sourceRanges: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 127.0.0.0/8]
+deniedRanges: [127.0.0.254/32]
+maxConnections: 1000000
+perClient: {maxConnections: 1000000, connectionsPerMinute: 100000000}`
 
 // Write writes the configuration of kind into s.Dir and returns the command line that
 // runs it in the foreground (binary is the executable; empty: the name on PATH).
@@ -172,11 +185,26 @@ func writeSnigate(binary string, s Spec) ([]string, error) {
 		return nil, err
 	}
 
-	if err := writeTLSRoutes(filepath.Join(s.Dir, "routes.yaml"), "r", "pass", s.Routes, per); err != nil {
+	n, err := writeTLSRoutes(filepath.Join(s.Dir, "routes.yaml"), "r", "pass", s.Routes, per)
+	if err != nil {
 		return nil, err
 	}
+	if s.Access != "" {
+		a := create(filepath.Join(s.Dir, "access.yaml"))
+		body := "  " + strings.ReplaceAll(strings.TrimSpace(s.Access), "\n", "\n  ")
+		for i := range n {
+			if i > 0 {
+				a.printf("---\n")
+			}
+			a.printf("apiVersion: snigate.dev/v1alpha1\nkind: AccessPolicy\nmetadata: {name: r-%d, namespace: default}\n"+
+				"spec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: TLSRoute, name: r-%d}]\n%s\n", i, i, body)
+		}
+		if err := a.close(); err != nil {
+			return nil, err
+		}
+	}
 	if s.Term != "" {
-		if err := writeTLSRoutes(filepath.Join(s.Dir, "term-routes.yaml"), "t", "term", s.TermRoutes, per); err != nil {
+		if _, err := writeTLSRoutes(filepath.Join(s.Dir, "term-routes.yaml"), "t", "term", s.TermRoutes, per); err != nil {
 			return nil, err
 		}
 		sec := create(filepath.Join(s.Dir, "secret.yaml"))
@@ -195,10 +223,12 @@ func writeSnigate(binary string, s Spec) ([]string, error) {
 // WriteSnigateRoutes writes routes as TLSRoutes (named prefix-N, attached to the Gateway's
 // listener section) into path: the one-route change of the route-scale test.
 func WriteSnigateRoutes(path, prefix, section string, routes []Route) error {
-	return writeTLSRoutes(path, prefix, section, routes, 16)
+	_, err := writeTLSRoutes(path, prefix, section, routes, 16)
+	return err
 }
 
-func writeTLSRoutes(path, prefix, section string, routes []Route, per int) error {
+// writeTLSRoutes writes routes as TLSRoutes named prefix-N and returns how many.
+func writeTLSRoutes(path, prefix, section string, routes []Route, per int) (int, error) {
 	w := create(path)
 	// Group by backend, then cut into routes of at most per hostnames.
 	by := map[string][]string{}
@@ -220,7 +250,7 @@ func writeTLSRoutes(path, prefix, section string, routes []Route, per int) error
 			n++
 		}
 	}
-	return w.close()
+	return n, w.close()
 }
 
 // --- HAProxy -------------------------------------------------------------------------------

@@ -68,12 +68,16 @@ func TinyFlight() []byte {
 
 // ClientHello returns one real TLS ClientHello record for sni, as crypto/tls sends it (Go's
 // defaults, including the X25519MLKEM768 key share that makes it about 1.8 KB).
-func ClientHello(sni string) ([]byte, error) {
+func ClientHello(sni string) ([]byte, error) { return ClientHelloALPN(sni) }
+
+// ClientHelloALPN is ClientHello offering the ALPN protocols alpn ("postgresql": a
+// PostgreSQL client's direct TLS, which snigate bridges with the SSLRequest exchange).
+func ClientHelloALPN(sni string, alpn ...string) ([]byte, error) {
 	c, s := net.Pipe()
 	defer c.Close()
 	defer s.Close()
 	go func() {
-		cl := tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
+		cl := tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: true, NextProtos: alpn})
 		cl.Handshake() // fails once s is closed; only its first write matters
 	}()
 	s.SetReadDeadline(time.Now().Add(5 * time.Second))
