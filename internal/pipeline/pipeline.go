@@ -231,6 +231,13 @@ func (r *Runner) run(res *resources.Resources) error {
 		rendered = render.Render(res, ro)
 		anchors = trustanchor.Render(trustanchor.Input{TrustAnchors: res.TrustAnchors, Secrets: res.Secrets},
 			trustanchor.Options{Now: opts.Now, Previous: r.anchors, InUse: r.inUse()})
+		if res == r.last && r.rendered != nil && rendered.SameObjects(r.rendered) {
+			// The same input rendered to the very same objects: only the certificate
+			// probes' verdicts moved (Refresh). The statuses follow; the routing table is
+			// what it was, so nothing is translated or applied and the generation stays.
+			r.statusOnly(res, rendered, anchors)
+			return nil
+		}
 		res = rendered.Merge(res)
 	}
 	out := translate.Translate(res, opts)
@@ -274,6 +281,25 @@ func (r *Runner) run(res *resources.Resources) error {
 	r.log.Info("configuration applied", "generation", r.generation, "ports", len(snap.Ports),
 		"routeHostnames", routes)
 	return nil
+}
+
+// statusOnly takes a render whose objects are the serving ones (statusOnly's caller checked
+// it): the TenantGateways', DatabaseExposures' and TrustAnchors' status follow it, the rest of
+// the state stays. r.mu is held.
+func (r *Runner) statusOnly(res *resources.Resources, rendered *render.Result, anchors *trustanchor.Result) {
+	r.stateMu.Lock()
+	st := r.state
+	r.stateMu.Unlock()
+	render.Complete(rendered, st.Status, r.cfg.Translate.Now)
+	r.rendered, r.anchors = rendered, anchors
+	if r.cfg.Probes != nil {
+		r.cfg.Probes.Set(render.ProbeTargets(rendered.Merge(res), rendered, anchors.Bundles()))
+	}
+	r.stateMu.Lock()
+	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(res, rendered, anchors)
+	r.cfg.Metrics.Conditions.Set(conditions(r.state))
+	r.stateMu.Unlock()
+	r.log.Debug("status refreshed", "generation", r.generation)
 }
 
 // tenantStatus is the status of every TenantGateway, DatabaseExposure and TrustAnchor for

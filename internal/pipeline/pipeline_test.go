@@ -1,12 +1,14 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/snigate/snigate/api/v1alpha1"
 
 	"github.com/snigate/snigate/internal/metrics"
+	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/proxy"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
@@ -319,5 +322,68 @@ func TestStateWhileReloading(t *testing.T) {
 	}
 	if c := meta.FindStatusCondition(st.Tenants[0].Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonNameInUse {
 		t.Errorf("the kept run's Ready condition %+v, want reason %s", c, v1alpha1.ReasonNameInUse)
+	}
+}
+
+// A certificate probe's new verdict changes the exposures' status and nothing else: the
+// routing table is not translated or applied again, and the generation stays (a verdict is
+// not a configuration). The demo's databases are not running here, so the probes find
+// them unreachable, which moves CertificateVerified from Pending.
+func TestProbeVerdictIsStatusOnly(t *testing.T) {
+	res, err := file.Load("../../examples/databases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	var r *Runner
+	var mu sync.Mutex
+	probes := probe.NewRunner(probe.RunnerOptions{Timeout: 500 * time.Millisecond, OnChange: func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if err := r.Refresh(); err != nil {
+			t.Error(err)
+		}
+	}})
+	r, err = New(Config{Apply: rec.apply, Render: true, Probes: probes, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if err := r.Run(res); err != nil {
+		t.Fatal(err)
+	}
+	mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go probes.Run(ctx)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		verdicts := 0
+		for _, x := range r.State().DatabaseExposures {
+			if c := meta.FindStatusCondition(x.Status.Conditions, v1alpha1.ConditionCertificateVerified); c != nil && c.Reason != v1alpha1.ReasonProbePending {
+				verdicts++
+			}
+		}
+		if verdicts == len(res.DatabaseExposures) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d exposures have a verdict after 20 s", verdicts, len(res.DatabaseExposures))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if g := r.State().Generation; g != 1 || len(rec.applied) != 1 {
+		t.Fatalf("after the verdicts: generation %d, %d snapshots applied; want 1 and 1", g, len(rec.applied))
+	}
+	// A change of the input is translated and applied as ever.
+	changed := *res
+	changed.DatabaseExposures = slices.Clone(res.DatabaseExposures)[1:]
+	if err := r.Run(&changed); err != nil {
+		t.Fatal(err)
+	}
+	if g := r.State().Generation; g != 2 || len(rec.applied) != 2 {
+		t.Fatalf("after a change: generation %d, %d snapshots applied; want 2 and 2", g, len(rec.applied))
 	}
 }

@@ -220,6 +220,16 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 	return &out
 }
 
+// SameObjects reports whether r rendered the very same objects as o (the same pointers:
+// Render hands back Previous's objects for everything rendered as before), so that what
+// translate and the data plane see of r is what they saw of o: only status differs.
+func (r *Result) SameObjects(o *Result) bool {
+	return slices.Equal(r.Gateways, o.Gateways) && slices.Equal(r.ListenerSets, o.ListenerSets) &&
+		slices.Equal(r.HTTPRoutes, o.HTTPRoutes) && slices.Equal(r.TLSRoutes, o.TLSRoutes) &&
+		slices.Equal(r.TCPRoutes, o.TCPRoutes) && slices.Equal(r.AccessPolicies, o.AccessPolicies) &&
+		slices.Equal(r.Secrets, o.Secrets)
+}
+
 // Render renders every TenantGateway of in.
 func Render(in *resources.Resources, opts Options) *Result {
 	if opts.Now == nil {

@@ -68,26 +68,58 @@ type memoAttachment struct {
 }
 
 // memoContext is everything besides the route itself that a route's translation reads:
-// the objects of every kind that is not a route (resources.Kinds), and the options.
+// the objects of every kind that is not a route (resources.Kinds) nor only the render
+// stage's, and the options.
 type memoContext struct {
 	objects [][]resources.Object // by kind, in the order of resources.Kinds
-	opts    Options              // without Now, Generation and Memo
+	// ownStatus, per entry of objects: the kind's status is snigate's to write, and none of
+	// its readers here reads it (see sameSpec).
+	ownStatus []bool
+	opts      Options // without Now, Generation and Memo
 }
 
 func newMemoContext(in *resources.Resources, opts Options) memoContext {
 	opts.Now, opts.Generation, opts.Memo = nil, 0, nil
 	c := memoContext{opts: opts}
 	for _, k := range resources.Kinds {
-		if !k.Route {
+		// The render stage's inputs (TenantGateways, DatabaseExposures, TrustAnchors) reach
+		// translate only as what render made of them: a new exposure must not translate
+		// every route again.
+		if !k.Route && !k.RenderInput {
 			c.objects = append(c.objects, k.Objects(in))
+			c.ownStatus = append(c.ownStatus, k.OwnStatus)
 		}
 	}
 	return c
 }
 
+// sameSpec reports whether a and b are the same object as far as translate reads it: the
+// same pointer (objects are immutable), or, for a kind whose status snigate writes, the same
+// object (UID) at the same generation with the same labels and annotations. A cluster's
+// status writes give a Gateway a new resourceVersion, and so a new object, without changing
+// anything translate reads (generation counts every spec change of these kinds): they must
+// not translate every route again.
+func sameSpec(a, b resources.Object, ownStatus bool) bool {
+	if a == b {
+		return true
+	}
+	if !ownStatus || a.GetUID() == "" || a.GetUID() != b.GetUID() || a.GetGeneration() != b.GetGeneration() {
+		return false
+	}
+	return maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(a.GetAnnotations(), b.GetAnnotations()) &&
+		a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp())
+}
+
 func (c memoContext) equal(o memoContext) bool {
-	return slices.EqualFunc(c.objects, o.objects, slices.Equal) &&
-		c.opts.ControllerName == o.opts.ControllerName && c.opts.DefaultBindAddress == o.opts.DefaultBindAddress &&
+	if len(c.objects) != len(o.objects) {
+		return false
+	}
+	for i := range c.objects {
+		if !slices.EqualFunc(c.objects[i], o.objects[i], func(a, b resources.Object) bool { return sameSpec(a, b, c.ownStatus[i]) }) {
+			return false
+		}
+	}
+	return c.opts.ControllerName == o.opts.ControllerName && c.opts.DefaultBindAddress == o.opts.DefaultBindAddress &&
 		c.opts.RequireGatewayClass == o.opts.RequireGatewayClass &&
 		c.opts.ProvisionedAddresses == o.opts.ProvisionedAddresses && maps.Equal(c.opts.BindPorts, o.opts.BindPorts) &&
 		c.opts.UsableAddresses == o.opts.UsableAddresses

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/resources"
@@ -140,4 +142,50 @@ func TestMemoOptions(t *testing.T) {
 	if memo.ctx.equal(other) {
 		t.Error("the memo context does not tell ProvisionedAddresses apart")
 	}
+}
+
+// A cluster's status write gives a Gateway a new object with the same UID, generation,
+// labels and annotations: the memo keeps every route. A spec change (a new generation), a
+// label or an annotation translates them again; so does any new object of a kind whose
+// status is not snigate's (a Service: translate reads its load balancer status).
+func TestMemoStatusOnlyChange(t *testing.T) {
+	res, err := file.Load("testdata/precedence.in.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := *res
+	base.Gateways = slices.Clone(res.Gateways)
+	for i, g := range base.Gateways {
+		g = g.DeepCopy()
+		g.UID, g.Generation = types.UID("uid-"+g.Name), 3
+		base.Gateways[i] = g
+	}
+	memo := &Memo{}
+	opts := testOptions()
+	opts.Memo = memo
+	first := Translate(&base, opts)
+	reusedAfter := func(step string, mutate func(*gwv1.Gateway), want bool) {
+		t.Helper()
+		r := base
+		r.Gateways = slices.Clone(base.Gateways)
+		g := r.Gateways[0].DeepCopy()
+		g.Status.Conditions = append(g.Status.Conditions, metav1.Condition{Type: "Written", Status: metav1.ConditionTrue})
+		if mutate != nil {
+			mutate(g)
+		}
+		r.Gateways[0] = g
+		withMemo(t, step, &r, testOptions(), &Memo{}) // the output is right either way
+		next := Translate(&r, opts)
+		a, b := first.Status.TLSRoutes[0].Status.Parents, next.Status.TLSRoutes[0].Status.Parents
+		if got := &a[0] == &b[0]; got != want {
+			t.Errorf("%s: routes taken from the memo %v, want %v", step, got, want)
+		}
+		first = next
+	}
+	reusedAfter("a status write", nil, true)
+	reusedAfter("a new generation", func(g *gwv1.Gateway) { g.Generation++ }, false)
+	reusedAfter("a label", func(g *gwv1.Gateway) { g.Labels = map[string]string{"team": "x"} }, false)
+	reusedAfter("an annotation", func(g *gwv1.Gateway) { g.Annotations = map[string]string{MaxConnectionsAnnotation: "7"} }, false)
+	reusedAfter("the annotation gone again", nil, false)
+	reusedAfter("another status write", nil, true)
 }

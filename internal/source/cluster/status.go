@@ -36,6 +36,34 @@ type statusWriter struct {
 
 	latest[translate.Status]              // what to write next, and the write loop
 	writes                   atomic.Int64 // status updates sent (tests, logs)
+
+	// ensured is, per object, the desired status this writer last brought it in line with
+	// (written, or found so): a pass skips every object whose desired status did not
+	// change, without reading or copying it. Every change makes a pass, and 10 000 routes
+	// each read, copied and compared cost a pass 10 000 times what the one route that
+	// changed does. Forgotten every ensuredFor (resync), so that a status someone else
+	// changed is put back within that.
+	ensured      map[objectKey]any
+	ensuredSince time.Time
+}
+
+// ensuredFor is how long the writer trusts what it ensured before it reads every object
+// again.
+const ensuredFor = 10 * time.Minute
+
+// ensure runs write for the object kind/namespace/name unless desired is the status last
+// ensured for it; a write that succeeds records desired.
+func (w *statusWriter) ensure(kind, namespace, name string, desired any, write func() error) error {
+	k := objectKey{kind, namespace, name}
+	if prev, ok := w.ensured[k]; ok && equality.Semantic.DeepEqual(prev, desired) {
+		return nil
+	}
+	if err := write(); err != nil {
+		delete(w.ensured, k)
+		return err
+	}
+	w.ensured[k] = desired
+	return nil
 }
 
 var (
@@ -66,31 +94,42 @@ func (w *statusWriter) Start(ctx context.Context) error {
 // write brings every object's status in line with s. It goes on after an error and returns
 // all errors joined.
 func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
+	if w.ensured == nil || time.Since(w.ensuredSince) > ensuredFor {
+		w.ensured, w.ensuredSince = map[objectKey]any{}, time.Now()
+	}
 	var errs []error
 	for _, st := range s.GatewayClasses {
-		errs = append(errs, writeOne(ctx, w, &gwv1.GatewayClass{}, "", st.Name, func(o *gwv1.GatewayClass) bool {
-			next := o.Status.DeepCopy()
-			next.Conditions = mergeConditions(o.Status.Conditions, st.Status.Conditions)
-			next.SupportedFeatures = st.Status.SupportedFeatures
-			return w.set(&o.Status, next)
+		errs = append(errs, w.ensure("GatewayClass", "", st.Name, st.Status, func() error {
+			return writeOne(ctx, w, &gwv1.GatewayClass{}, "", st.Name, func(o *gwv1.GatewayClass) bool {
+				next := o.Status.DeepCopy()
+				next.Conditions = mergeConditions(o.Status.Conditions, st.Status.Conditions)
+				next.SupportedFeatures = st.Status.SupportedFeatures
+				return w.set(&o.Status, next)
+			})
 		}))
 	}
 	for _, st := range s.Gateways {
-		errs = append(errs, writeOne(ctx, w, &gwv1.Gateway{}, st.Namespace, st.Name, func(o *gwv1.Gateway) bool {
-			return w.set(&o.Status, mergeGatewayStatus(&o.Status, &st.Status))
+		errs = append(errs, w.ensure("Gateway", st.Namespace, st.Name, st.Status, func() error {
+			return writeOne(ctx, w, &gwv1.Gateway{}, st.Namespace, st.Name, func(o *gwv1.Gateway) bool {
+				return w.set(&o.Status, mergeGatewayStatus(&o.Status, &st.Status))
+			})
 		}))
 	}
 	for _, st := range s.ListenerSets {
-		errs = append(errs, writeOne(ctx, w, &gwv1.ListenerSet{}, st.Namespace, st.Name, func(o *gwv1.ListenerSet) bool {
-			return w.set(&o.Status, mergeListenerSetStatus(&o.Status, &st.Status))
+		errs = append(errs, w.ensure("ListenerSet", st.Namespace, st.Name, st.Status, func() error {
+			return writeOne(ctx, w, &gwv1.ListenerSet{}, st.Namespace, st.Name, func(o *gwv1.ListenerSet) bool {
+				return w.set(&o.Status, mergeListenerSetStatus(&o.Status, &st.Status))
+			})
 		}))
 	}
 	for _, pk := range s.Policies() {
 		kind := resources.KindOf(v1alpha1.GroupName, pk.Kind)
 		for _, st := range pk.List {
-			errs = append(errs, writeOne(ctx, w, kind.New(), st.Namespace, st.Name, func(o resources.Object) bool {
-				ps := o.(v1alpha1.Policy).PolicyStatus()
-				return w.set(ps, mergePolicyStatus(ps, &st.Status, w.controllerName))
+			errs = append(errs, w.ensure(pk.Kind, st.Namespace, st.Name, st.Status, func() error {
+				return writeOne(ctx, w, kind.New(), st.Namespace, st.Name, func(o resources.Object) bool {
+					ps := o.(v1alpha1.Policy).PolicyStatus()
+					return w.set(ps, mergePolicyStatus(ps, &st.Status, w.controllerName))
+				})
 			}))
 		}
 	}
@@ -209,7 +248,8 @@ func writeRoutes[L client.ObjectList, R client.Object, S any](ctx context.Contex
 	list L, desired []translate.ObjectStatus[S], items func(L) []R,
 	routeStatus func(R) *gwv1.RouteStatus, want func(*S) *gwv1.RouteStatus,
 ) error {
-	if err := w.cached.List(ctx, list); err != nil {
+	// Without copies: only the routes whose status is written are copied (writeOne).
+	if err := w.cached.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing %T: %w", list, err)
 	}
 	byKey := make(map[client.ObjectKey]*gwv1.RouteStatus, len(desired))
@@ -224,10 +264,15 @@ func writeRoutes[L client.ObjectList, R client.Object, S any](ctx context.Contex
 		if d == nil && !hasOurs(routeStatus(r), w.controllerName) {
 			continue // never ours: skip the read-modify-write
 		}
-		obj := r.DeepCopyObject().(R)
-		errs = append(errs, writeOne(ctx, w, obj, key.Namespace, key.Name, func(o R) bool {
-			cur := routeStatus(o)
-			return w.set(cur, mergeRouteStatus(cur, d, w.controllerName))
+		kind := r.GetObjectKind().GroupVersionKind().Kind
+		if kind == "" {
+			kind = fmt.Sprintf("%T", r)
+		}
+		errs = append(errs, w.ensure(kind, key.Namespace, key.Name, d, func() error {
+			return writeOne(ctx, w, r.DeepCopyObject().(R), key.Namespace, key.Name, func(o R) bool {
+				cur := routeStatus(o)
+				return w.set(cur, mergeRouteStatus(cur, d, w.controllerName))
+			})
 		}))
 	}
 	return errors.Join(errs...)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -74,6 +75,10 @@ type tenantApplier struct {
 	// events records the TrustAnchors' warnings (a name held by someone else) as Warning
 	// events on them; nil records nothing.
 	events events.EventRecorder
+	// applied is what the applier wrote (applied.go): a pass writes only what changed.
+	applied *applied
+	// applies and statusWrites count the server-side applies and status updates sent.
+	applies, statusWrites atomic.Int64
 }
 
 type tenantInput struct {
@@ -87,7 +92,7 @@ var (
 )
 
 func newTenantApplier(cl client.Client, api client.Reader, certManager bool, m *metrics.Metrics, log *slog.Logger) *tenantApplier {
-	a := &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, latest: newLatest[tenantInput]()}
+	a := &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, latest: newLatest[tenantInput](), applied: newApplied()}
 	po := probe.RunnerOptions{OnChange: a.again}
 	if m != nil {
 		po.Expiry = m.BackendCertificateExpiry
@@ -146,12 +151,23 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	errs = append(errs, a.stampNamespaces(ctx, in.res)...)
 	want := map[objectKey]bool{}
 	objs := append(renderedObjects(out, a.certManager), anchorObjects(anchors)...)
+	lv, err := liveIndex(ctx, a.cl, objs)
+	if err != nil {
+		return err
+	}
 	for _, o := range objs {
 		want[keyOf(o)] = true
+		if a.applied.unchanged(o, lv) {
+			continue
+		}
 		if err := a.serverSideApply(ctx, o); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		a.applied.done(o)
+		a.applies.Add(1)
 	}
+	a.applied.forget(want)
 	if len(errs) == 0 {
 		errs = append(errs, a.deleteStale(ctx, out, want)...)
 		errs = append(errs, a.deleteStaleAnchorObjects(ctx, want)...)
@@ -160,7 +176,7 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 		errs = append(errs, a.certificateNames(ctx, out.CertificateNames)...)
 	}
 	errs = append(errs, a.writeStatus(ctx, in.res, out)...)
-	errs = append(errs, a.writeAnchorStatus(ctx, anchors)...)
+	errs = append(errs, a.writeAnchorStatus(ctx, in.res, anchors)...)
 	if len(errs) == 0 {
 		a.previous, a.anchors = out, anchors
 	}
@@ -245,10 +261,12 @@ func (a *tenantApplier) deleteStaleAnchorObjects(ctx context.Context, want map[o
 
 // writeAnchorStatus writes each TrustAnchor's status where it changed, and records its
 // warnings as events.
-func (a *tenantApplier) writeAnchorStatus(ctx context.Context, r *trustanchor.Result) []error {
+func (a *tenantApplier) writeAnchorStatus(ctx context.Context, res *resources.Resources, r *trustanchor.Result) []error {
 	var errs []error
+	ids := uids(res.TrustAnchors)
 	for _, an := range r.Anchors {
-		stored, err := updateStatus(ctx, a, "TrustAnchor", types.NamespacedName{Namespace: an.Namespace, Name: an.Name},
+		key := types.NamespacedName{Namespace: an.Namespace, Name: an.Name}
+		stored, err := updateStatus(ctx, a, "TrustAnchor", key, ids[key],
 			func(o *v1alpha1.TrustAnchor) *v1alpha1.TrustAnchorStatus { return &o.Status }, an.Status)
 		if err != nil {
 			errs = append(errs, err)
@@ -575,27 +593,44 @@ func (a *tenantApplier) patchNamespace(ctx context.Context, ns *corev1.Namespace
 // from the stored one.
 func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resources, out *render.Result) []error {
 	var errs []error
+	tenants := uids(res.TenantGateways)
 	for _, t := range out.Tenants {
-		_, err := updateStatus(ctx, a, "TenantGateway", types.NamespacedName{Namespace: t.Namespace, Name: t.Name},
+		key := types.NamespacedName{Namespace: t.Namespace, Name: t.Name}
+		_, err := updateStatus(ctx, a, "TenantGateway", key, tenants[key],
 			func(o *v1alpha1.TenantGateway) *v1alpha1.TenantGatewayStatus { return &o.Status }, t.Status)
 		errs = append(errs, err)
 	}
+	exposures := uids(res.DatabaseExposures)
 	for _, x := range out.Exposures {
-		_, err := updateStatus(ctx, a, "DatabaseExposure", types.NamespacedName{Namespace: x.Namespace, Name: x.Name},
+		key := types.NamespacedName{Namespace: x.Namespace, Name: x.Name}
+		_, err := updateStatus(ctx, a, "DatabaseExposure", key, exposures[key],
 			func(o *v1alpha1.DatabaseExposure) *v1alpha1.DatabaseExposureStatus { return &o.Status }, x.Status)
 		errs = append(errs, err)
 	}
 	return slices.DeleteFunc(errs, func(e error) bool { return e == nil })
 }
 
+// uids maps objects' namespace/name to their UIDs.
+func uids[T client.Object](objs []T) map[types.NamespacedName]types.UID {
+	m := make(map[types.NamespacedName]types.UID, len(objs))
+	for _, o := range objs {
+		m[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}] = o.GetUID()
+	}
+	return m
+}
+
 // updateStatus writes want as the status (status(obj)) of the stored object key of kind
 // kind, when it differs, retrying on conflict, and returns the stored object (nil when it
-// is gone, which is no error: its status has no one to show it to).
+// is gone, which is no error: its status has no one to show it to; nil too when want is
+// what this applier last wrote to the object uid, which then costs no request at all).
 func updateStatus[T any, PT interface {
 	*T
 	client.Object
-}, S any](ctx context.Context, a *tenantApplier, kind string, key types.NamespacedName, status func(PT) *S, want S) (PT, error) {
+}, S any](ctx context.Context, a *tenantApplier, kind string, key types.NamespacedName, uid types.UID, status func(PT) *S, want S) (PT, error) {
 	var stored PT
+	if a.applied.statusUnchanged(kind, uid, want) {
+		return stored, nil
+	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		// The stored object, not the cache's: right after this applier's own write the
 		// cache lags behind, and an update from it would only conflict.
@@ -605,10 +640,16 @@ func updateStatus[T any, PT interface {
 		}
 		stored = cur
 		if equality.Semantic.DeepEqual(*status(cur), want) {
+			a.applied.statusDone(kind, cur.GetUID(), want)
 			return nil
 		}
 		*status(cur) = want
-		return a.cl.Status().Update(ctx, cur)
+		if err := a.cl.Status().Update(ctx, cur); err != nil {
+			return err
+		}
+		a.statusWrites.Add(1)
+		a.applied.statusDone(kind, cur.GetUID(), want)
+		return nil
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return stored, fmt.Errorf("status of %s %s: %w", kind, key, err)

@@ -1,0 +1,44 @@
+package cluster
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/snigate/snigate/internal/resources"
+)
+
+// interner keeps, per kind, the objects of the last load by namespace and name: an object
+// whose resourceVersion did not change comes back as the very same pointer. The pure stages
+// remember their work by object identity (package resources' contract: a changed object is
+// a new pointer), so a change of one object among 10 000 renders and translates that object
+// alone; listed afresh each time, every object was new on every change and translate's memo
+// never hit.
+//
+// An object seen for the first time (or changed) is deep-copied out of the list it came in:
+// the list is read from the informer's cache without copies (client.UnsafeDisableDeepCopy),
+// and an object kept for later passes must not pin the whole list's array.
+type interner struct {
+	kinds []map[types.NamespacedName]resources.Object // by index in Controller.kinds
+}
+
+func newInterner(kinds int) *interner {
+	return &interner{kinds: make([]map[types.NamespacedName]resources.Object, kinds)}
+}
+
+// intern returns objs (kind i's, as listed) with each unchanged object replaced by the one
+// the last load returned.
+func (in *interner) intern(i int, objs []resources.Object) []resources.Object {
+	prev := in.kinds[i]
+	next := make(map[types.NamespacedName]resources.Object, len(objs))
+	out := make([]resources.Object, len(objs))
+	for j, o := range objs {
+		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
+		if p, ok := prev[key]; ok && p.GetUID() == o.GetUID() && p.GetResourceVersion() == o.GetResourceVersion() && o.GetResourceVersion() != "" {
+			out[j] = p
+		} else {
+			out[j] = o.DeepCopyObject().(resources.Object)
+		}
+		next[key] = out[j]
+	}
+	in.kinds[i] = next
+	return out
+}
