@@ -50,6 +50,9 @@ type Metrics struct {
 	// BackendCertificateExpiry is the notAfter of the certificate each DatabaseExposure's
 	// backend served to the certificate probe, by exposure namespace and name.
 	BackendCertificateExpiry *prometheus.GaugeVec
+	// CertificateProbes counts the certificate probe's connections to the DatabaseExposures'
+	// backends, by verdict (Verified, MissingDNSNames, Unreachable…).
+	CertificateProbes *prometheus.CounterVec
 	// Conditions are the status conditions of every TenantGateway, DatabaseExposure and
 	// TrustAnchor (snigate_object_condition), replaced as a whole on every configuration.
 	Conditions *Conditions
@@ -191,10 +194,14 @@ func New() *Metrics {
 			Name: "snigate_backend_certificate_expiry_timestamp_seconds",
 			Help: "Unix time the certificate a DatabaseExposure's backend serves expires (notAfter), as the certificate probe last read it.",
 		}, []string{"namespace", "name"}),
+		CertificateProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snigate_certificate_probes_total",
+			Help: "Connections the certificate probe made to DatabaseExposures' backends, by verdict.",
+		}, []string{"verdict"}),
 		Conditions: newConditions(),
 	}
 	r.MustRegister(m.Connections, m.Rejected, m.Active, m.RouteActive, m.Bytes, m.HelloSeconds, m.DialSeconds,
-		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry, m.Conditions,
+		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry, m.CertificateProbes, m.Conditions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

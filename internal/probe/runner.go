@@ -1,12 +1,12 @@
 package probe
 
 import (
-	"cmp"
+	"container/heap"
 	"context"
 	"crypto/x509"
 	"maps"
+	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -39,11 +39,19 @@ type RunnerOptions struct {
 	Expiry *prometheus.GaugeVec
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// MaxRate caps the probes a second (default 50): 10 000 exposures are probed within
+	// Interval without their databases, or the gateway's host, seeing a burst.
+	MaxRate float64
+	// Probes, when set, counts the probes by verdict (reason).
+	Probes *prometheus.CounterVec
 }
 
-// Runner probes a set of targets: a new or changed target at once, every target again each
-// Interval, one probe at a time (a probe is one short connection; a tenant's databases are
-// not stormed). The latest result of each target is kept for Results.
+// Runner probes a set of targets: a new or changed target at once, every target again about
+// each Interval (a tenth of it at random either way, so that targets set at once do not
+// stay due at once), one probe at a time and at most MaxRate a second (a probe is one short
+// connection; a tenant's databases are not stormed, nor the gateway's host at 10 000
+// exposures). The next due target comes off a heap: nothing is sorted or scanned per probe.
+// The latest result of each target is kept for Results.
 //
 //	r := probe.NewRunner(probe.RunnerOptions{OnChange: rerender, Expiry: m.BackendCertificateExpiry})
 //	go r.Run(ctx)
@@ -56,11 +64,51 @@ type Runner struct {
 	mu      sync.Mutex
 	targets map[Key]Target
 	results map[Key]Result
-	probed  map[Key]time.Time // when each target was last probed
+	// dueAt is when each target is due; queue holds the same times, and an entry whose time
+	// is not its target's dueAt any more is stale (skipped when it comes up).
+	dueAt map[Key]time.Time
+	queue dueQueue
 	// retries counts, per target, the probes in a row that found it unreachable or not
 	// serving its Expected certificate: the next one comes after Retry << retries (at most
 	// Interval).
 	retries map[Key]int
+}
+
+// dueQueue is a min-heap of due times (container/heap).
+type dueQueue []dueItem
+
+type dueItem struct {
+	at time.Time
+	k  Key
+}
+
+func (q dueQueue) Len() int           { return len(q) }
+func (q dueQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q dueQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *dueQueue) Push(x any)        { *q = append(*q, x.(dueItem)) }
+func (q *dueQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return it
+}
+
+// schedule makes k due at at (r.mu held).
+func (r *Runner) schedule(k Key, at time.Time) {
+	r.dueAt[k] = at
+	heap.Push(&r.queue, dueItem{at, k})
+}
+
+// top drops stale entries and returns the earliest due target (r.mu held).
+func (r *Runner) top() (dueItem, bool) {
+	for len(r.queue) > 0 {
+		it := r.queue[0]
+		if at, ok := r.dueAt[it.k]; ok && at.Equal(it.at) {
+			return it, true
+		}
+		heap.Pop(&r.queue)
+	}
+	return dueItem{}, false
 }
 
 // NewRunner makes a Runner; Run starts it.
@@ -77,8 +125,11 @@ func NewRunner(o RunnerOptions) *Runner {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MaxRate <= 0 {
+		o.MaxRate = 50
+	}
 	return &Runner{opts: o, kick: make(chan struct{}, 1), targets: map[Key]Target{},
-		results: map[Key]Result{}, probed: map[Key]time.Time{}, retries: map[Key]int{}}
+		results: map[Key]Result{}, dueAt: map[Key]time.Time{}, retries: map[Key]int{}}
 }
 
 // Set replaces the targets. A target that is new or differs from before is probed at once;
@@ -86,17 +137,18 @@ func NewRunner(o RunnerOptions) *Runner {
 func (r *Runner) Set(targets map[Key]Target) {
 	r.mu.Lock()
 	changed := false
+	now := r.opts.Now()
 	for k, t := range targets {
 		if old, ok := r.targets[k]; !ok || !sameTarget(old, t) {
-			delete(r.probed, k)
 			delete(r.retries, k)
+			r.schedule(k, now)
 			changed = true
 		}
 	}
 	for k := range r.targets {
 		if _, ok := targets[k]; !ok {
 			delete(r.results, k)
-			delete(r.probed, k)
+			delete(r.dueAt, k)
 			delete(r.retries, k)
 			if r.opts.Expiry != nil {
 				r.opts.Expiry.DeleteLabelValues(k[0], k[1])
@@ -124,6 +176,7 @@ func (r *Runner) Results() map[Key]Result {
 func (r *Runner) Run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	gap := time.Duration(float64(time.Second) / r.opts.MaxRate)
 	for {
 		select {
 		case <-ctx.Done():
@@ -136,35 +189,44 @@ func (r *Runner) Run(ctx context.Context) {
 			if !ok || ctx.Err() != nil {
 				break
 			}
+			start := time.Now()
 			pctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 			res := Probe(pctx, t, r.opts.Now())
 			cancel()
 			if ctx.Err() != nil {
 				return
 			}
+			if r.opts.Probes != nil {
+				r.opts.Probes.WithLabelValues(res.Reason).Inc()
+			}
 			if r.record(k, t, res) && r.opts.OnChange != nil {
 				r.opts.OnChange()
+			}
+			if d := gap - time.Since(start); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
 			}
 		}
 		timer.Reset(r.untilNext())
 	}
 }
 
-// due returns a target whose probe is due (never probed, or Interval ago), in key order.
+// due takes the earliest target whose probe is due, if any; it is not due again until its
+// probe is recorded.
 func (r *Runner) due() (Key, Target, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.opts.Now()
-	keys := slices.SortedFunc(maps.Keys(r.targets), func(a, b Key) int {
-		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
-	})
-	for _, k := range keys {
-		if at, ok := r.probed[k]; !ok || now.Sub(at) >= r.wait(k) {
-			r.probed[k] = now
-			return k, r.targets[k], true
-		}
+	it, ok := r.top()
+	if !ok || it.at.After(r.opts.Now()) {
+		return Key{}, Target{}, false
 	}
-	return Key{}, Target{}, false
+	heap.Pop(&r.queue)
+	// In flight: due again when record says (or at once, if Set changes it meanwhile).
+	r.dueAt[it.k] = time.Time{}
+	return it.k, r.targets[it.k], true
 }
 
 // wait is how long after its last probe target k is due again; r.mu is held.
@@ -179,18 +241,21 @@ func (r *Runner) wait(k Key) time.Duration {
 	return min(r.opts.Retry<<n, r.opts.Interval)
 }
 
-// untilNext is the time until the next probe is due.
+// untilNext is the time until the next probe is due (at least a millisecond, at most
+// Interval).
 func (r *Runner) untilNext() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next := r.opts.Interval
-	now := r.opts.Now()
-	for k := range r.targets {
-		if d := r.probed[k].Add(r.wait(k)).Sub(now); d < next {
-			next = max(d, time.Second)
-		}
+	it, ok := r.top()
+	if !ok {
+		return r.opts.Interval
 	}
-	return next
+	return min(max(it.at.Sub(r.opts.Now()), time.Millisecond), r.opts.Interval)
+}
+
+// jitter spreads d over a tenth of it either way.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()-0.5)*0.2*float64(d))
 }
 
 // record stores res for k unless the target changed meanwhile, and reports whether the
@@ -201,6 +266,7 @@ func (r *Runner) record(k Key, t Target, res Result) bool {
 	if cur, ok := r.targets[k]; !ok || !sameTarget(cur, t) {
 		return false // replaced or gone while probing: its own probe comes
 	}
+	defer func() { r.schedule(k, r.opts.Now().Add(jitter(r.wait(k)))) }()
 	old, had := r.results[k]
 	r.results[k] = res
 	// Soon again: a backend not reachable yet (a database that starts after the gateway, or

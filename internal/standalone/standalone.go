@@ -77,7 +77,7 @@ func New(cfg Config) *Runner {
 		}
 	}}
 	if cfg.Metrics != nil {
-		po.Expiry = cfg.Metrics.BackendCertificateExpiry
+		po.Expiry, po.Probes = cfg.Metrics.BackendCertificateExpiry, cfg.Metrics.CertificateProbes
 	}
 	r.probes = probe.NewRunner(po)
 	pc.Probes = r.probes

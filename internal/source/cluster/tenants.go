@@ -95,7 +95,7 @@ func newTenantApplier(cl client.Client, api client.Reader, certManager bool, m *
 	a := &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, latest: newLatest[tenantInput](), applied: newApplied()}
 	po := probe.RunnerOptions{OnChange: a.again}
 	if m != nil {
-		po.Expiry = m.BackendCertificateExpiry
+		po.Expiry, po.Probes = m.BackendCertificateExpiry, m.CertificateProbes
 	}
 	a.probes = probe.NewRunner(po)
 	return a
