@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -258,9 +259,17 @@ func (r *Results) WriteMarkdown(path, chart, notesFile string) error {
 		if b, err := os.ReadFile(notesFile); err == nil {
 			notes = string(b)
 		}
+		// The control-plane benchmark's section (bench/cpscale.sh writes it beside the
+		// notes): the data-plane tables, then it, then the notes.
+		if b, err := os.ReadFile(filepath.Join(filepath.Dir(notesFile), ControlPlaneFile)); err == nil {
+			notes = string(b) + "\n" + notes
+		}
 	}
 	return os.WriteFile(path, []byte(r.Markdown(chart, notes)), 0o644)
 }
+
+// ControlPlaneFile is the control-plane benchmark's Markdown section, beside the notes.
+const ControlPlaneFile = "control-plane.md"
 
 // syscallTable shows system calls per new connection, one column per proxy.
 func (r *Results) syscallTable(b *strings.Builder) {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# bench/cpscale.sh — the control-plane scale benchmark (bench/cpscale): a real kube-apiserver
+# and etcd, `snigate controller` with its local proxy, tenants by the hundred on one shared
+# Gateway, then 10 000 exposures on one tenant (docs/performance.md, "The control plane at
+# scale").
+#
+#   bench/cpscale.sh            full: 10, 100 and 1 000 tenants × 10 exposures (30 trials each),
+#                               then 10 000 on one tenant; writes bench/results/cpscale.json and
+#                               bench/results/control-plane.md, then renders docs/performance.md
+#   bench/cpscale.sh --smoke    the 10 × 10 step, 5 trials, to a temp folder (CI): fails on
+#                               errors, never on missed targets
+#
+# Needs root (the backend runs in a network namespace) and scripts/install-kube.sh's
+# kube-apiserver and etcd.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=full
+if [[ ${1:-} == --smoke ]]; then mode=smoke; fi
+export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-$HOME/.cache/snigate/kube-1.36.3}"
+if [[ $mode == full ]]; then
+	out=$PWD/bench/results/cpscale.json md=$PWD/bench/results/control-plane.md
+else
+	tmp=$(mktemp -d /tmp/snigate-cpscale.XXXXXX)
+	trap 'rm -rf "$tmp"' EXIT
+	out=$tmp/cpscale.json md=$tmp/control-plane.md
+fi
+SNIGATE_CPSCALE=$mode SNIGATE_CPSCALE_OUT=$out SNIGATE_CPSCALE_MD=$md \
+	go test -count=1 -timeout 150m -run TestControlPlaneScale -v ./bench/cpscale 2>&1 | grep -v '^\s*{"time' | tail -n 60
+if [[ $mode == full ]]; then
+	bash bench/run.sh --render
+fi

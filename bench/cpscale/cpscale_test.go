@@ -1,0 +1,284 @@
+//go:build linux
+
+package cpscale
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/source/cluster"
+)
+
+// TestControlPlaneScale runs the benchmark when SNIGATE_CPSCALE says which: "smoke" (10
+// tenants × 10 exposures, 5 trials) or "full" (10, 100 and 1 000 tenants × 10, 30 trials
+// each, then 10 000 exposures on one tenant). SNIGATE_CPSCALE_OUT names the JSON results.
+func TestControlPlaneScale(t *testing.T) {
+	mode := os.Getenv("SNIGATE_CPSCALE")
+	if mode == "" {
+		t.Skip("a benchmark: bench/cpscale.sh runs it (SNIGATE_CPSCALE=smoke or full)")
+	}
+	steps, trials, solo := []int{10}, 5, 0
+	if mode == "full" {
+		steps, trials, solo = []int{10, 100, 1000}, 30, 10000
+	}
+	var results []Step
+	t.Run("shared Gateway", func(t *testing.T) {
+		e := newEnv(t)
+		for _, n := range steps {
+			e.addTenants(n, 10, true)
+			results = append(results, e.measure(t, "shared", n*10, trials, "platform", "shared"))
+		}
+	})
+	if solo > 0 {
+		t.Run("one tenant", func(t *testing.T) {
+			e := newEnv(t)
+			e.addTenants(1, solo, false)
+			ns := tenantName(0)
+			results = append(results, e.measure(t, "one tenant", solo, trials, ns, ns))
+		})
+	}
+	if md := os.Getenv("SNIGATE_CPSCALE_MD"); md != "" {
+		if err := os.WriteFile(md, []byte(Section(results, time.Now().UTC().Format("2006-01-02"))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := os.Getenv("SNIGATE_CPSCALE_OUT"); out != "" {
+		b, _ := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "mode": mode, "steps": results}, "", "  ")
+		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Log("\n" + Markdown(results))
+}
+
+// measure starts the controller on what the cluster holds and takes a step's numbers.
+func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, gwName string) Step {
+	st := Step{Shape: shape, Tenants: e.tenants, Exposures: exposures, Requests: map[string]float64{}}
+	t.Logf("step %s: %d tenants, %d exposures: starting the controller", shape, e.tenants, exposures)
+	start := time.Now()
+	c := e.startController()
+	defer c.stop()
+	addr := e.gatewayAddress(gwNS, gwName, 10*time.Minute)
+	// Converged: every exposure Programmed.
+	deadline := start.Add(20 * time.Minute)
+	for {
+		n, all, err := e.programmed()
+		if err == nil && n == all && all >= exposures {
+			st.ProgrammedSeconds = time.Since(start).Seconds()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d exposures Programmed after 20 min (%v)\n%s", n, all, err, c.tail())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	// Served: a sample of them, by connecting.
+	var sample []string
+	for range 20 {
+		ns := e.randomTenant()
+		sample = append(sample, hostname(ns, fmt.Sprintf("db-%d", rand.IntN(exposures/e.tenants))))
+	}
+	for _, h := range sample {
+		if !waitServed(addr, h, deadline) {
+			t.Fatalf("%s not served after 20 min\n%s", h, c.tail())
+		}
+	}
+	st.ServedSeconds = time.Since(start).Seconds()
+	st.RSSConvergedMiB, st.CPUConverge = c.usage()
+	t.Logf("step %s: converged: Programmed after %.1f s, served after %.1f s, RSS %.0f MiB, %.1f CPU s",
+		shape, st.ProgrammedSeconds, st.ServedSeconds, st.RSSConvergedMiB, st.CPUConverge)
+
+	// The floor: a bare informer on DatabaseExposures.
+	seen := newSeen()
+	stop := e.informer(t, seen)
+	defer stop()
+	probes0, probesAt := c.metric("snigate_certificate_probes_total"), time.Now()
+	gen0 := c.metric("snigate_config_generation")
+	writes := map[string][]float64{}
+	for i := range trials {
+		ns := e.randomTenant()
+		name := fmt.Sprintf("trial-%d", i)
+		h := hostname(ns, name)
+		t0 := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := e.cl.Create(ctx, exposure(ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if !waitServed(addr, h, time.Now().Add(time.Minute)) {
+			t.Fatalf("trial %d: %s not served within a minute\n%s", i, h, c.tail())
+		}
+		served := time.Since(t0)
+		st.ApplyServing = append(st.ApplyServing, ms(served))
+		if d, ok := seen.waitAdd(ns+"/"+name, t0, 10*time.Second); ok {
+			st.FloorAdd = append(st.FloorAdd, ms(d))
+		}
+		// What the controller sent for it: until it served, and a second after.
+		time.Sleep(time.Second)
+		reqs := e.requests(t0, t0.Add(served+time.Second))
+		total := 0
+		for k, n := range reqs {
+			writes[k] = append(writes[k], float64(n))
+			verb, _, _ := strings.Cut(k, " ")
+			if verb == "create" || verb == "update" || verb == "patch" || verb == "delete" {
+				total += n
+			}
+		}
+		st.Writes = append(st.Writes, total)
+		// And gone again.
+		t1 := time.Now()
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+		if err := e.cl.Delete(ctx, &v1alpha1.DatabaseExposure{ObjectMeta: exposure(ns, name).ObjectMeta}); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if !waitRefused(addr, h, time.Now().Add(time.Minute)) {
+			t.Fatalf("trial %d: %s still served a minute after its deletion\n%s", i, h, c.tail())
+		}
+		st.DeleteRefused = append(st.DeleteRefused, ms(time.Since(t1)))
+		if d, ok := seen.waitDelete(ns+"/"+name, t1, 10*time.Second); ok {
+			st.FloorDelete = append(st.FloorDelete, ms(d))
+		}
+	}
+	for k, v := range writes {
+		for len(v) < trials {
+			v = append(v, 0)
+		}
+		st.Requests[k] = median(v)
+	}
+	st.ProbesPerMinute = (c.metric("snigate_certificate_probes_total") - probes0) / time.Since(probesAt).Minutes()
+	st.Generations = c.metric("snigate_config_generation") - gen0
+	st.RSSEndMiB, _ = c.usage()
+	t.Logf("step %s: apply→serving p50 %.0f ms p99 %.0f ms (floor p99 %.0f ms); delete→refused p50 %.0f ms p99 %.0f ms; writes per exposure %v",
+		shape, quantile(st.ApplyServing, 0.5), quantile(st.ApplyServing, 0.99), quantile(st.FloorAdd, 0.99),
+		quantile(st.DeleteRefused, 0.5), quantile(st.DeleteRefused, 0.99), st.Writes)
+	return st
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// waitServed polls a TLS handshake with SNI h through addr until one completes.
+func waitServed(addr, h string, deadline time.Time) bool {
+	for time.Now().Before(deadline) {
+		if handshake(addr, h) == nil {
+			return true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
+}
+
+// waitRefused polls until the handshake with SNI h fails (snigate closes without a byte).
+func waitRefused(addr, h string, deadline time.Time) bool {
+	for time.Now().Before(deadline) {
+		if handshake(addr, h) != nil {
+			return true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
+}
+
+func handshake(addr, h string) error {
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort(addr, fmt.Sprint(redisPort)), &tls.Config{ServerName: h, InsecureSkipVerify: true})
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// seen records when a bare informer saw each DatabaseExposure come and go.
+type seen struct {
+	mu          sync.Mutex
+	added, gone map[string]time.Time
+	changed     chan struct{}
+}
+
+func newSeen() *seen {
+	return &seen{added: map[string]time.Time{}, gone: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+}
+
+func (s *seen) note(m map[string]time.Time, key string) {
+	s.mu.Lock()
+	m[key] = time.Now()
+	s.mu.Unlock()
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (s *seen) wait(m map[string]time.Time, key string, since time.Time, timeout time.Duration) (time.Duration, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		s.mu.Lock()
+		at, ok := m[key]
+		s.mu.Unlock()
+		if ok && !at.Before(since) {
+			return at.Sub(since), true
+		}
+		if time.Now().After(deadline) {
+			return 0, false
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (s *seen) waitAdd(key string, since time.Time, timeout time.Duration) (time.Duration, bool) {
+	return s.wait(s.added, key, since, timeout)
+}
+
+func (s *seen) waitDelete(key string, since time.Time, timeout time.Duration) (time.Duration, bool) {
+	return s.wait(s.gone, key, since, timeout)
+}
+
+// informer runs a bare informer on DatabaseExposures (the admin's, not the controller's)
+// and returns its stop.
+func (e *env) informer(t *testing.T, s *seen) func() {
+	scheme, err := cluster.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(e.kc.Config, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inf, err := c.GetInformer(ctx, &v1alpha1.DatabaseExposure{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(o any) string {
+		if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		if m, ok := o.(client.Object); ok {
+			return m.GetNamespace() + "/" + m.GetName()
+		}
+		return ""
+	}
+	inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.note(s.added, key(o)) },
+		DeleteFunc: func(o any) { s.note(s.gone, key(o)) },
+	})
+	go c.Start(ctx)
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("the bare informer did not sync")
+	}
+	return cancel
+}

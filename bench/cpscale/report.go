@@ -1,0 +1,138 @@
+package cpscale
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Step is one step's numbers.
+type Step struct {
+	Shape     string `json:"shape"`
+	Tenants   int    `json:"tenants"`
+	Exposures int    `json:"exposures"`
+	// Seconds from the controller's start until every exposure was Programmed, and until
+	// every sampled exposure completed a TLS handshake through snigate.
+	ProgrammedSeconds float64 `json:"programmedSeconds"`
+	ServedSeconds     float64 `json:"servedSeconds"`
+	// Milliseconds, per trial.
+	ApplyServing  []float64 `json:"applyServingMs"`
+	DeleteRefused []float64 `json:"deleteRefusedMs"`
+	FloorAdd      []float64 `json:"informerFloorAddMs"`
+	FloorDelete   []float64 `json:"informerFloorDeleteMs"`
+	// The controller's requests for one new exposure, from its create until it served plus
+	// a second: by "verb resource", the median of each over the trials; Writes their
+	// create/update/patch/delete total per trial.
+	Requests map[string]float64 `json:"requestsPerNewExposure"`
+	Writes   []int              `json:"writesPerNewExposure"`
+	// The controller's RSS (MiB) after convergence and after the trials, its CPU seconds to
+	// converge, and the certificate probe's connections a minute during the trials.
+	RSSConvergedMiB float64 `json:"rssConvergedMiB"`
+	RSSEndMiB       float64 `json:"rssEndMiB"`
+	CPUConverge     float64 `json:"cpuSecondsToConverge"`
+	ProbesPerMinute float64 `json:"probesPerMinute"`
+	Generations     float64 `json:"generations"`
+}
+
+func median(v []float64) float64 { return quantile(v, 0.5) }
+
+// quantile is the q-quantile of v (nearest rank).
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// Markdown is the steps as the table docs/performance.md shows.
+func Markdown(steps []Step) string {
+	var b strings.Builder
+	b.WriteString("| shape | tenants | exposures | converged: Programmed / served (s) | apply → serving p50 / p99 (ms) | informer floor p99 (ms) | ÷ floor p99 | delete → refused p50 / p99 (ms) | floor p99 (ms) | writes per new exposure | RSS converged / end (MiB) | CPU to converge (s) | probes / min |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range steps {
+		fa, fd := quantile(s.FloorAdd, 0.99), quantile(s.FloorDelete, 0.99)
+		ratio := "—"
+		if fa > 0 {
+			ratio = fmt.Sprintf("×%.1f", quantile(s.ApplyServing, 0.99)/fa)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f / %.1f | %.0f / %.0f | %.0f | %s | %.0f / %.0f | %.0f | %.0f | %.0f / %.0f | %.1f | %.0f |\n",
+			s.Shape, s.Tenants, s.Exposures, s.ProgrammedSeconds, s.ServedSeconds,
+			quantile(s.ApplyServing, 0.5), quantile(s.ApplyServing, 0.99), fa, ratio,
+			quantile(s.DeleteRefused, 0.5), quantile(s.DeleteRefused, 0.99), fd,
+			median(toFloats(s.Writes)), s.RSSConvergedMiB, s.RSSEndMiB, s.CPUConverge, s.ProbesPerMinute)
+	}
+	// The requests of one new exposure, at the largest step.
+	if len(steps) > 0 {
+		last := steps[len(steps)-1]
+		keys := make([]string, 0, len(last.Requests))
+		for k := range last.Requests {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintf(&b, "\nThe controller's requests for one new exposure at %d exposures (%s), medians of the trials:", last.Exposures, last.Shape)
+		for _, k := range keys {
+			if last.Requests[k] > 0 {
+				fmt.Fprintf(&b, " %s %.0f;", k, last.Requests[k])
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func toFloats(v []int) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// Section is the Markdown section docs/performance.md shows (bench/results/control-plane.md,
+// which bench/run.sh --render puts before the notes): how it was measured, the steps, and
+// the targets judged on the largest step of each shape.
+func Section(steps []Step, when string) string {
+	var b strings.Builder
+	b.WriteString("## 8. The control plane at scale\n\n")
+	fmt.Fprintf(&b, "bench/cpscale.sh (%s): a real kube-apiserver and etcd with the install's RBAC, `snigate controller`\n", when)
+	b.WriteString("with its local proxy as the install's ServiceAccount, a TLS backend in a network namespace; tenants\n")
+	b.WriteString("sharing one platform Gateway (a TenantGateway each with `parentGatewayRef`: a ListenerSet), each with a\n")
+	b.WriteString("TrustAnchor, a Service and 10 DatabaseExposures (redis, on the shared engine listener), then one\n")
+	b.WriteString("tenant with 10 000 on a Gateway of its own. Converged: from the controller's start until every exposure\n")
+	b.WriteString("is Programmed, then until 20 sampled exposures complete a TLS handshake through snigate. Apply → serving:\n")
+	b.WriteString("one more exposure created, until a TLS client with its SNI completes a handshake with the backend\n")
+	b.WriteString("through snigate; delete → refused: until that client is closed without a byte. The floor: a bare\n")
+	b.WriteString("informer on the same API server seeing the same create and delete. Writes: the controller's\n")
+	b.WriteString("create, update, patch and delete requests for one new exposure, from the API server's audit log\n")
+	b.WriteString("(from the create until it served, and a second more).\n\n")
+	b.WriteString(Markdown(steps))
+	b.WriteString("\n| target | measured | |\n|---|---|---|\n")
+	for _, shape := range []string{"shared", "one tenant"} {
+		var last *Step
+		for i := range steps {
+			if steps[i].Shape == shape {
+				last = &steps[i]
+			}
+		}
+		if last == nil {
+			continue
+		}
+		as, ar := quantile(last.ApplyServing, 0.99), quantile(last.DeleteRefused, 0.99)
+		fa, fd := quantile(last.FloorAdd, 0.99), quantile(last.FloorDelete, 0.99)
+		met := func(ok bool) string {
+			if ok {
+				return "met"
+			}
+			return "**missed**"
+		}
+		at := fmt.Sprintf("%s, %d exposures", shape, last.Exposures)
+		fmt.Fprintf(&b, "| apply → serving p99 ≤ 3 × the floor's and ≤ 1 s (%s) | %.0f ms, floor %.0f ms | %s |\n", at, as, fa, met(as <= 1000 && fa > 0 && as <= 3*fa))
+		fmt.Fprintf(&b, "| delete → refused p99, the same (%s) | %.0f ms, floor %.0f ms | %s |\n", at, ar, fd, met(ar <= 1000 && fd > 0 && ar <= 3*fd))
+		fmt.Fprintf(&b, "| initial convergence ≤ 60 s (%s) | %.1f s | %s |\n", at, last.ServedSeconds, met(last.ServedSeconds <= 60))
+		fmt.Fprintf(&b, "| controller RSS ≤ 512 MiB (%s) | %.0f MiB | %s |\n", at, max(last.RSSConvergedMiB, last.RSSEndMiB), met(max(last.RSSConvergedMiB, last.RSSEndMiB) <= 512))
+	}
+	return b.String()
+}
