@@ -2,6 +2,7 @@ package report
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +44,65 @@ func TestPool(t *testing.T) {
 	}
 	if Pool([]*Results{a}, TRR, MRate, false) != nil {
 		t.Error("a metric no run measured has no standing")
+	}
+}
+
+func TestFloorTarget(t *testing.T) {
+	run := func(mode string, mine, peer float64) *Results {
+		r := &Results{Mode: mode}
+		for i := 0; i < 3; i++ {
+			r.Add(TRR, MRate, "snigate", "requests/s", mine)
+			r.Add(TRR, MRate, "haproxy", "requests/s", peer)
+		}
+		return r
+	}
+	judge := func(runs ...*Results) Target {
+		r := &Results{Pooled: runs}
+		return r.FloorTarget("many connections", "requests/s ≥ the best peer's", TRR, MRate, false)
+	}
+	// Two full runs and a smoke run: not enough to judge.
+	if tg := judge(run("full", 100, 100), run("full", 100, 100), run("smoke", 100, 100)); tg.Known {
+		t.Errorf("judged on two full runs: %+v", tg)
+	}
+	// Even within ×0.97–1.03: met, and said to be a draw.
+	tg := judge(run("full", 98, 100), run("full", 99, 100), run("full", 98, 100))
+	if !tg.Known || !tg.Met || !strings.Contains(tg.Margin, "a draw") {
+		t.Errorf("a draw at ×0.98: %+v", tg)
+	}
+	// Ahead: met, not a draw (HAProxy's ratio is ×0.90).
+	tg = judge(run("full", 110, 100), run("full", 111, 100), run("full", 109, 100))
+	if !tg.Known || !tg.Met || strings.Contains(tg.Margin, "a draw") {
+		t.Errorf("ahead at ×1.10: %+v", tg)
+	}
+	// Behind by more than the slack: missed.
+	tg = judge(run("full", 95, 100), run("full", 96, 100), run("full", 95, 100))
+	if !tg.Known || tg.Met {
+		t.Errorf("behind at ×0.95: %+v", tg)
+	}
+	// Four even proxies, each the best in turn: every ratio to the best of the others is
+	// ×0.95, a draw at the floor, not a miss.
+	even := func(mine float64) *Results {
+		r := &Results{Mode: "full"}
+		for i := 0; i < 4; i++ {
+			for j, p := range []string{"snigate", "haproxy", "nginx", "sniproxy"} {
+				v := 95.0
+				if i == j {
+					v = 100
+				}
+				if p == "snigate" && mine != 0 {
+					v = mine
+				}
+				r.Add(TRR, MRate, p, "requests/s", v)
+			}
+		}
+		return r
+	}
+	tg = judge(even(0), even(0), even(0))
+	if !tg.Known || !tg.Met || !strings.Contains(tg.Margin, "a draw") {
+		t.Errorf("four even proxies: %+v", tg)
+	}
+	// Snigate behind three even peers is no draw.
+	if tg = judge(even(80), even(80), even(80)); tg.Met {
+		t.Errorf("behind even peers: %+v", tg)
 	}
 }

@@ -37,6 +37,7 @@ func sample() *Results {
 	r.Add(TConns, MCPU, "sniproxy", "µs", math.NaN()) // dropped
 	r.Micro = []Micro{{Name: "BenchmarkParse/go-tls13", NsPerOp: 150}, {Name: "BenchmarkLookup/exact/1", AllocsPerOp: 1}}
 	r.Summarize()
+	r.Pooled = []*Results{r, r, r} // the at-the-floor targets pool ≥ 3 full runs
 	r.Evaluate()
 	return r
 }
@@ -52,10 +53,11 @@ func TestMedianAndTargets(t *testing.T) {
 	if r.Get(TConns, MCPU, "sniproxy") != nil {
 		t.Fatal("NaN recorded")
 	}
+	// The at-the-floor goals end in how they are judged; they are matched by their start.
 	want := map[string]bool{
-		"proxy CPU per connection ≤ 0.9 × the best peer's":                                false, // 100 vs nginx 81
-		"proxy CPU per connection ≤ 0.9 × the best peer's (fin shape)":                    true,  // 90 vs 0.9 × 100
-		"requests/s ≥ the best peer's":                                                    false, // 50 000 vs 52 000
+		"proxy CPU per connection ≤ the best peer's, at":                                  false, // per round ×1.25 of nginx
+		"proxy CPU per connection ≤ the best peer's (fin shape)":                          true,  // ×0.90 of HAProxy
+		"requests/s ≥ the best peer's":                                                    false, // ×0.96 of HAProxy
 		"with access logs on: proxy CPU per connection ≤ the best peer's with its log on": true,
 		"2 file descriptors per connection":                                               true,
 		"zero failed connections across reloads":                                          true,
@@ -65,11 +67,14 @@ func TestMedianAndTargets(t *testing.T) {
 		"CPU per handshake ≤ that peer's":                                                 true, // 300 vs nginx 330
 	}
 	for _, tg := range r.Targets {
-		if w, ok := want[tg.Goal]; ok {
-			if tg.Met != w {
-				t.Errorf("%s: met=%v, want %v (%s)", tg.Goal, tg.Met, w, tg.Margin)
+		for g, w := range want {
+			if strings.HasPrefix(tg.Goal, g) {
+				if !tg.Known || tg.Met != w {
+					t.Errorf("%s: known=%v met=%v, want %v (%s; %s)", tg.Goal, tg.Known, tg.Met, w, tg.Value, tg.Margin)
+				}
+				delete(want, g)
+				break
 			}
-			delete(want, tg.Goal)
 		}
 	}
 	for g := range want {
@@ -77,7 +82,7 @@ func TestMedianAndTargets(t *testing.T) {
 	}
 	for _, tg := range r.Targets {
 		// Rounds: snigate 100, 90, 110 against nginx 80, 81, 82; 0.98 against 0.93 three times.
-		if tg.Goal == "proxy CPU per connection ≤ 0.9 × the best peer's" && !strings.Contains(tg.Value, "per round ×1.25, ahead in 0 of 3") {
+		if strings.HasPrefix(tg.Goal, "proxy CPU per connection ≤ the best peer's, at") && !strings.Contains(tg.Value, "per round ×1.25, ahead in 0 of 3") {
 			t.Errorf("no per-round ratio: %q", tg.Value)
 		}
 		if tg.Area == "PostgreSQL" && !strings.Contains(tg.Value, "per round ×1.05, ahead in 3 of 3") {

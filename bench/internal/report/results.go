@@ -30,6 +30,9 @@ type Results struct {
 	mu sync.Mutex
 	// Verbose logs every value as it is added.
 	Verbose func(format string, a ...any) `json:"-"`
+	// Pooled are the full runs the at-the-floor targets are judged over (this one among
+	// them, when it is a full run): see FloorTarget.
+	Pooled []*Results `json:"-"`
 }
 
 // Machine describes where the run happened.
