@@ -350,13 +350,27 @@ type auditEvent struct {
 	Received metav1.MicroTime `json:"requestReceivedTimestamp"`
 }
 
-// requests counts the controller's requests received in [from, to] by "verb resource".
-func (e *env) requests(from, to time.Time) map[string]int {
+// auditSize is the audit log's length now: where requests starts reading for a trial, so
+// that no trial reads the convergence's requests again.
+func (e *env) auditSize() int64 {
+	fi, err := os.Stat(e.audit)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// requests counts the controller's requests received in [from, to] by "verb resource",
+// reading the audit log from offset.
+func (e *env) requests(offset int64, from, to time.Time) map[string]int {
 	f, err := os.Open(e.audit)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil
+	}
 	out := map[string]int{}
 	r := bufio.NewReaderSize(f, 1<<20)
 	for {

@@ -113,7 +113,7 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 		ns := e.randomTenant()
 		name := fmt.Sprintf("trial-%d", i)
 		h := hostname(ns, name)
-		t0 := time.Now()
+		off, t0 := e.auditSize(), time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := e.cl.Create(ctx, exposure(ns, name)); err != nil {
 			t.Fatal(err)
@@ -129,7 +129,7 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 		}
 		// What the controller sent for it: until it served, and a second after.
 		time.Sleep(time.Second)
-		reqs := e.requests(t0, t0.Add(served+time.Second))
+		reqs := e.requests(off, t0, t0.Add(served+time.Second))
 		total := 0
 		for k, n := range reqs {
 			writes[k] = append(writes[k], float64(n))
