@@ -24,7 +24,7 @@ else
 	trap 'rm -rf "$tmp"' EXIT
 	out=$tmp/cpscale.json md=$tmp/control-plane.md
 fi
-SNIGATE_CPSCALE=$mode SNIGATE_CPSCALE_OUT=$out SNIGATE_CPSCALE_MD=$md \
+SNIGATE_CPSCALE_KEEP=${SNIGATE_CPSCALE_KEEP:-} SNIGATE_CPSCALE=$mode SNIGATE_CPSCALE_OUT=$out SNIGATE_CPSCALE_MD=$md \
 	go test -count=1 -timeout 150m -run TestControlPlaneScale -v ./bench/cpscale 2>&1 | grep -v '^\s*{"time' | tail -n 60
 if [[ $mode == full ]]; then
 	bash bench/run.sh --render

@@ -45,13 +45,18 @@ const (
 	localPrefix = "127.0.60.0/24"
 )
 
-// auditPolicy logs every request of the controller's identity, and nothing else.
+// controllerAuthUser is the user the controller's kubeconfig authenticates as; it
+// impersonates the install's ServiceAccount (kubetest.ControllerUser).
+const controllerAuthUser = "cpscale-controller"
+
+// auditPolicy logs every request of the controller's kubeconfig, and nothing else. The API
+// server matches audit rules on the authenticated user, before impersonation.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
-  users: ["` + kubetest.ControllerUser + `"]
+  users: ["` + controllerAuthUser + `"]
 - level: None
 `
 
@@ -78,8 +83,13 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, audit: filepath.Join(dir, "audit.log")}
+	if keep := os.Getenv("SNIGATE_CPSCALE_KEEP"); keep != "" {
+		e.audit = filepath.Join(keep, fmt.Sprintf("audit-%s.log", time.Now().Format("150405.000")))
+	}
 	e.kc = kubetest.StartCluster(t, kubetest.ClusterOptions{Scheme: scheme, Options: kubetest.Options{
 		CRDs: append(kubetest.StandardCRDs(t), kubetest.SnigateCRDs(t)...),
+		// A cluster's garbage collector: what a deleted exposure owned goes with it.
+		GarbageCollector: true,
 		APIServerFlags: map[string]string{
 			"audit-policy-file": policy, "audit-log-path": e.audit, "audit-log-format": "json",
 			"audit-log-mode": "blocking", "audit-log-maxsize": "0",
@@ -124,7 +134,7 @@ func buildSnigate(t *testing.T, root, dir string) string {
 
 // controllerKubeconfig writes a kubeconfig that impersonates the install's ServiceAccount.
 func controllerKubeconfig(t *testing.T, e *envtest.Environment, dir string) string {
-	user, err := e.AddUser(envtest.User{Name: "cpscale-admin", Groups: []string{"system:masters"}}, nil)
+	user, err := e.AddUser(envtest.User{Name: controllerAuthUser, Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +248,13 @@ type controller struct {
 
 func (e *env) startController() *controller {
 	admin := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(e.t))
-	c := &controller{admin: admin, log: filepath.Join(e.t.TempDir(), "controller.log"), done: make(chan error, 1)}
+	dir := e.t.TempDir()
+	if keep := os.Getenv("SNIGATE_CPSCALE_KEEP"); keep != "" {
+		// The controller's log kept for reading after the run (where the time went).
+		dir = keep
+	}
+	logName := fmt.Sprintf("controller-%s.log", time.Now().Format("150405.000"))
+	c := &controller{admin: admin, log: filepath.Join(dir, logName), done: make(chan error, 1)}
 	f, err := os.Create(c.log)
 	if err != nil {
 		e.t.Fatal(err)
@@ -337,6 +353,24 @@ func (e *env) programmed() (int, int, error) {
 		}
 	}
 	return n, len(list.Items), nil
+}
+
+// pendingProbes counts the DatabaseExposures whose backend certificate has not been probed.
+func (e *env) pendingProbes() (int, error) {
+	var list v1alpha1.DatabaseExposureList
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.cl.List(ctx, &list); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range list.Items {
+		c := meta.FindStatusCondition(list.Items[i].Status.Conditions, v1alpha1.ConditionCertificateVerified)
+		if c == nil || c.Reason == v1alpha1.ReasonPending {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // auditEvent is what the audit log says of one request.

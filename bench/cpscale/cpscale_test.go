@@ -73,8 +73,12 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	c := e.startController()
 	defer c.stop()
 	addr := e.gatewayAddress(gwNS, gwName, 10*time.Minute)
-	// Converged: every exposure Programmed.
-	deadline := start.Add(20 * time.Minute)
+	// Converged: every exposure Programmed (a failing controller fails the smoke run soon).
+	patience := 3 * time.Minute
+	if exposures > 1000 {
+		patience = 20 * time.Minute
+	}
+	deadline := start.Add(patience)
 	for {
 		n, all, err := e.programmed()
 		if err == nil && n == all && all >= exposures {
@@ -82,7 +86,7 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d exposures Programmed after 20 min (%v)\n%s", n, all, err, c.tail())
+			t.Fatalf("%d of %d exposures Programmed after %v (%v)\n%s", n, all, patience, err, c.tail())
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -94,7 +98,7 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	}
 	for _, h := range sample {
 		if !waitServed(addr, h, deadline) {
-			t.Fatalf("%s not served after 20 min\n%s", h, c.tail())
+			t.Fatalf("%s not served after %v\n%s", h, patience, c.tail())
 		}
 	}
 	st.ServedSeconds = time.Since(start).Seconds()
@@ -102,17 +106,31 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	t.Logf("step %s: converged: Programmed after %.1f s, served after %.1f s, RSS %.0f MiB, %.1f CPU s",
 		shape, st.ProgrammedSeconds, st.ServedSeconds, st.RSSConvergedMiB, st.CPUConverge)
 
+	// Settled: every exposure has its certificate probe's verdict, so that the trials count
+	// what one new exposure causes, not the first probes of the others.
+	for {
+		pending, err := e.pendingProbes()
+		if err == nil && pending == 0 {
+			st.SettledSeconds = time.Since(start).Seconds()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d exposures still without a probe verdict after %v (%v)\n%s", pending, patience, err, c.tail())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
 	// The floor: a bare informer on DatabaseExposures.
 	seen := newSeen()
 	stop := e.informer(t, seen)
 	defer stop()
 	probes0, probesAt := c.metric("snigate_certificate_probes_total"), time.Now()
-	gen0 := c.metric("snigate_config_generation")
 	writes := map[string][]float64{}
 	for i := range trials {
 		ns := e.randomTenant()
 		name := fmt.Sprintf("trial-%d", i)
 		h := hostname(ns, name)
+		gen := c.metric("snigate_config_generation")
 		off, t0 := e.auditSize(), time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := e.cl.Create(ctx, exposure(ns, name)); err != nil {
@@ -123,6 +141,7 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 			t.Fatalf("trial %d: %s not served within a minute\n%s", i, h, c.tail())
 		}
 		served := time.Since(t0)
+		t.Logf("trial %d: %s created at %s, served after %v", i, h, t0.Format(time.RFC3339Nano), served)
 		st.ApplyServing = append(st.ApplyServing, ms(served))
 		if d, ok := seen.waitAdd(ns+"/"+name, t0, 10*time.Second); ok {
 			st.FloorAdd = append(st.FloorAdd, ms(d))
@@ -139,6 +158,9 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 			}
 		}
 		st.Writes = append(st.Writes, total)
+		// Configurations applied for it: one, its route; its probe's verdict, which came
+		// meanwhile, changes a status and no configuration.
+		st.Generations = append(st.Generations, c.metric("snigate_config_generation")-gen)
 		// And gone again.
 		t1 := time.Now()
 		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
@@ -153,6 +175,8 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 		if d, ok := seen.waitDelete(ns+"/"+name, t1, 10*time.Second); ok {
 			st.FloorDelete = append(st.FloorDelete, ms(d))
 		}
+		// The status writes of the deletion finish before the next trial counts its own.
+		time.Sleep(time.Second)
 	}
 	for k, v := range writes {
 		for len(v) < trials {
@@ -161,7 +185,6 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 		st.Requests[k] = median(v)
 	}
 	st.ProbesPerMinute = (c.metric("snigate_certificate_probes_total") - probes0) / time.Since(probesAt).Minutes()
-	st.Generations = c.metric("snigate_config_generation") - gen0
 	st.RSSEndMiB, _ = c.usage()
 	t.Logf("step %s: apply→serving p50 %.0f ms p99 %.0f ms (floor p99 %.0f ms); delete→refused p50 %.0f ms p99 %.0f ms; writes per exposure %v",
 		shape, quantile(st.ApplyServing, 0.5), quantile(st.ApplyServing, 0.99), quantile(st.FloorAdd, 0.99),

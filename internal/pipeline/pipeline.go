@@ -152,6 +152,24 @@ func (r *Runner) Status() *translate.Status {
 	return r.state.Status
 }
 
+// TenantObjects updates what State shows of res's TenantGateways, DatabaseExposures and
+// TrustAnchors, and nothing else: in a cluster, where a controller renders them, a change of
+// those objects alone changes no routing, and is not translated (cluster.Controller). A
+// runner that renders (Config.Render) shows its own render instead, and ignores this.
+func (r *Runner) TenantObjects(res *resources.Resources) {
+	if r.cfg.Render {
+		return
+	}
+	ts, xs, as := tenantStatus(res, nil, nil)
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	if !r.state.Ready {
+		return
+	}
+	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = ts, xs, as
+	r.cfg.Metrics.Conditions.Set(conditions(r.state))
+}
+
 // Generation is the generation of the serving snapshot (0 before the first Run applied).
 func (r *Runner) Generation() uint64 {
 	r.stateMu.Lock()

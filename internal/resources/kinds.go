@@ -2,6 +2,7 @@ package resources
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -191,4 +192,21 @@ func Reversed(r *Resources) *Resources {
 		k.Set(&out, objs)
 	}
 	return &out
+}
+
+// SameSpec reports whether a and b are the same object as far as translate reads it: the
+// same pointer (objects are immutable), or, for a kind whose status snigate writes, the same
+// object (UID) at the same generation with the same labels and annotations. A cluster's
+// status writes give a Gateway a new resourceVersion, and so a new object, without changing
+// anything translate reads (generation counts every spec change of these kinds): they must
+// not translate every route again.
+func SameSpec(a, b Object, ownStatus bool) bool {
+	if a == b {
+		return true
+	}
+	if !ownStatus || a.GetUID() == "" || a.GetUID() != b.GetUID() || a.GetGeneration() != b.GetGeneration() {
+		return false
+	}
+	return maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(a.GetAnnotations(), b.GetAnnotations()) &&
+		a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp())
 }

@@ -93,29 +93,12 @@ func newMemoContext(in *resources.Resources, opts Options) memoContext {
 	return c
 }
 
-// sameSpec reports whether a and b are the same object as far as translate reads it: the
-// same pointer (objects are immutable), or, for a kind whose status snigate writes, the same
-// object (UID) at the same generation with the same labels and annotations. A cluster's
-// status writes give a Gateway a new resourceVersion, and so a new object, without changing
-// anything translate reads (generation counts every spec change of these kinds): they must
-// not translate every route again.
-func sameSpec(a, b resources.Object, ownStatus bool) bool {
-	if a == b {
-		return true
-	}
-	if !ownStatus || a.GetUID() == "" || a.GetUID() != b.GetUID() || a.GetGeneration() != b.GetGeneration() {
-		return false
-	}
-	return maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(a.GetAnnotations(), b.GetAnnotations()) &&
-		a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp())
-}
-
 func (c memoContext) equal(o memoContext) bool {
 	if len(c.objects) != len(o.objects) {
 		return false
 	}
 	for i := range c.objects {
-		if !slices.EqualFunc(c.objects[i], o.objects[i], func(a, b resources.Object) bool { return sameSpec(a, b, c.ownStatus[i]) }) {
+		if !slices.EqualFunc(c.objects[i], o.objects[i], func(a, b resources.Object) bool { return resources.SameSpec(a, b, c.ownStatus[i]) }) {
 			return false
 		}
 	}

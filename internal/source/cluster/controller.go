@@ -158,6 +158,11 @@ type Controller struct {
 	tenants *tenantApplier
 	// interned keeps the objects of the last load (reconciles run one at a time).
 	interned *interner
+	// stale says that a kind translate reads changed since the last translation that
+	// ended (applied, or rejected as a whole): a change of the render's inputs alone (a new
+	// DatabaseExposure, before its route is applied) leaves the routing table as it is, and
+	// is handed to the tenant applier without translating anything.
+	stale bool
 }
 
 // Scheme returns the types the controller reads and writes.
@@ -337,7 +342,7 @@ func New(cfg Config) (*Controller, error) {
 			return nil, fmt.Errorf("cluster: looking up cert-manager's Certificate: %w", err)
 		}
 		certManager := err == nil
-		c.tenants = newTenantApplier(mgr.GetClient(), mgr.GetAPIReader(), certManager, cfg.Metrics, cfg.Logger.With("component", "tenants"))
+		c.tenants = newTenantApplier(mgr.GetClient(), certManager, cfg.Metrics, cfg.Logger.With("component", "tenants"))
 		c.tenants.events = mgr.GetEventRecorder("snigate")
 		if slices.ContainsFunc(c.kinds, func(k *resources.Kind) bool { return k.Name == "TrustAnchor" }) {
 			// A TrustAnchor's Role and RoleBinding are watched: one deleted or edited by hand
@@ -422,23 +427,30 @@ func (c *Controller) StatusWrites() int64 {
 func (c *Controller) Runner() *pipeline.Runner { return c.pipe }
 
 func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	res, err := c.load(ctx)
+	res, translated, err := c.load(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if c.local != nil {
-		res = c.local.assign(res)
-	}
-	err = c.pipe.Run(res)
-	var invalid *pipeline.InputError
-	switch {
-	case errors.As(err, &invalid):
-		if c.pipe.Generation() == 0 {
-			c.log.Error("cluster state rejected by translate; nothing served yet", "error", err)
+	c.stale = c.stale || translated
+	if c.stale {
+		if c.local != nil {
+			res = c.local.assign(res)
 		}
-		return reconcile.Result{}, nil // retrying the same input cannot help; the next change will
-	case err != nil:
-		return reconcile.Result{}, err // retried with backoff
+		err = c.pipe.Run(res)
+		var invalid *pipeline.InputError
+		switch {
+		case errors.As(err, &invalid):
+			c.stale = false
+			if c.pipe.Generation() == 0 {
+				c.log.Error("cluster state rejected by translate; nothing served yet", "error", err)
+			}
+			return reconcile.Result{}, nil // retrying the same input cannot help; the next change will
+		case err != nil:
+			return reconcile.Result{}, err // retried with backoff
+		}
+		c.stale = false
+	} else {
+		c.pipe.TenantObjects(res)
 	}
 	if c.tenants != nil {
 		c.tenants.Publish(res, c.pipe.Status())
@@ -447,8 +459,9 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 }
 
 // load lists every kind from the informer cache, or from the API server itself while the
-// recovery watchdog says the cache may lag behind (recovery.go).
-func (c *Controller) load(ctx context.Context) (*resources.Resources, error) {
+// recovery watchdog says the cache may lag behind (recovery.go), and says whether a kind
+// translate reads (all but the render's inputs) changed since the last load.
+func (c *Controller) load(ctx context.Context) (*resources.Resources, bool, error) {
 	var cl client.Reader = c.mgr.GetClient()
 	direct := c.recovery != nil && c.recovery.direct()
 	if direct {
@@ -475,21 +488,24 @@ func (c *Controller) load(ctx context.Context) (*resources.Resources, error) {
 			g.Go(func() error { return get(i) })
 		}
 		if err := g.Wait(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	} else {
 		for i := range c.kinds {
 			if err := get(i); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 	}
 	res := &resources.Resources{}
+	translated := false
 	for i, k := range c.kinds {
 		if err := k.SetList(res, lists[i]); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		k.Set(res, c.interned.intern(i, k.Objects(res)))
+		objs, changed := c.interned.intern(i, k.Objects(res), k.OwnStatus)
+		k.Set(res, objs)
+		translated = translated || (changed && !k.RenderInput)
 	}
-	return res, nil
+	return res, translated, nil
 }

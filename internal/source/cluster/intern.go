@@ -25,20 +25,24 @@ func newInterner(kinds int) *interner {
 }
 
 // intern returns objs (kind i's, as listed) with each unchanged object replaced by the one
-// the last load returned.
-func (in *interner) intern(i int, objs []resources.Object) []resources.Object {
+// the last load returned, and whether any object of the kind came, went or changed since,
+// as translate reads it (resources.SameSpec: for a kind whose status snigate writes, a
+// status write is no change).
+func (in *interner) intern(i int, objs []resources.Object, ownStatus bool) ([]resources.Object, bool) {
 	prev := in.kinds[i]
 	next := make(map[types.NamespacedName]resources.Object, len(objs))
 	out := make([]resources.Object, len(objs))
+	changed := prev == nil || len(prev) != len(objs)
 	for j, o := range objs {
 		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
 		if p, ok := prev[key]; ok && p.GetUID() == o.GetUID() && p.GetResourceVersion() == o.GetResourceVersion() && o.GetResourceVersion() != "" {
 			out[j] = p
 		} else {
 			out[j] = o.DeepCopyObject().(resources.Object)
+			changed = changed || !ok || !resources.SameSpec(p, o, ownStatus)
 		}
 		next[key] = out[j]
 	}
 	in.kinds[i] = next
-	return out
+	return out, changed
 }

@@ -15,16 +15,13 @@ import (
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -60,7 +57,6 @@ const AnnotationStampedBy = "snigate.dev/gateway-stamped-by"
 // never blocking); like the status writer, a failed pass is tried again after a second.
 type tenantApplier struct {
 	cl          client.Client // cached reads, writes to the API server
-	api         client.Reader // uncached: the status is compared with the stored one
 	log         *slog.Logger
 	certManager bool // cert-manager's CRDs are served: Issuers and Certificates are applied
 
@@ -91,8 +87,8 @@ var (
 	_ manager.LeaderElectionRunnable = (*tenantApplier)(nil)
 )
 
-func newTenantApplier(cl client.Client, api client.Reader, certManager bool, m *metrics.Metrics, log *slog.Logger) *tenantApplier {
-	a := &tenantApplier{cl: cl, api: api, certManager: certManager, log: log, latest: newLatest[tenantInput](), applied: newApplied()}
+func newTenantApplier(cl client.Client, certManager bool, m *metrics.Metrics, log *slog.Logger) *tenantApplier {
+	a := &tenantApplier{cl: cl, certManager: certManager, log: log, latest: newLatest[tenantInput](), applied: newApplied()}
 	po := probe.RunnerOptions{OnChange: a.again}
 	if m != nil {
 		po.Expiry, po.Probes = m.BackendCertificateExpiry, m.CertificateProbes
@@ -155,17 +151,34 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	if err != nil {
 		return err
 	}
+	var parents, rest []client.Object
+	created := map[types.NamespacedName]bool{} // the exposures whose first route this pass creates
 	for _, o := range objs {
-		want[keyOf(o)] = true
+		key := keyOf(o)
+		want[key] = true
 		if a.applied.unchanged(o, lv) {
 			continue
 		}
-		if err := a.serverSideApply(ctx, o); err != nil {
-			errs = append(errs, err)
-			continue
+		switch key.kind {
+		case "Gateway", "ListenerSet":
+			parents = append(parents, o)
+		case "TLSRoute", "TCPRoute":
+			if _, exists := lv[key]; !exists {
+				if x := o.GetLabels()[render.LabelDatabaseExposure]; x != "" {
+					created[types.NamespacedName{Namespace: o.GetNamespace(), Name: x}] = true
+				}
+			}
+			rest = append(rest, o)
+		default:
+			rest = append(rest, o)
 		}
-		a.applied.done(o)
-		a.applies.Add(1)
+	}
+	// The Gateways and ListenerSets first, so that no route is seen without its parent.
+	errs = append(errs, a.applyAll(ctx, parents)...)
+	applyErrs := a.applyAll(ctx, rest)
+	errs = append(errs, applyErrs...)
+	if len(applyErrs) > 0 {
+		clear(created) // which failed is not known: every status says it now
 	}
 	a.applied.forget(want)
 	if len(errs) == 0 {
@@ -175,8 +188,9 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	if a.certManager {
 		errs = append(errs, a.certificateNames(ctx, out.CertificateNames)...)
 	}
-	errs = append(errs, a.writeStatus(ctx, in.res, out)...)
+	errs = append(errs, a.writeStatus(ctx, in.res, out, created)...)
 	errs = append(errs, a.writeAnchorStatus(ctx, in.res, anchors)...)
+	a.applied.forgetStatus(tenantUIDs(in.res))
 	if len(errs) == 0 {
 		a.previous, a.anchors = out, anchors
 	}
@@ -236,44 +250,20 @@ func (a *tenantApplier) deleteStaleAnchorObjects(ctx context.Context, want map[o
 	var errs []error
 	for _, gvk := range []schema.GroupVersionKind{corev1.SchemeGroupVersion.WithKind("Secret"),
 		rbacv1.SchemeGroupVersion.WithKind("Role"), rbacv1.SchemeGroupVersion.WithKind("RoleBinding")} {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := a.api.List(ctx, list, client.HasLabels{trustanchor.LabelTrustAnchor}); err != nil {
-			errs = append(errs, fmt.Errorf("listing %ss: %w", gvk.Kind, err))
+		objs, err := cachedLabelled(ctx, a.cl, gvk, trustanchor.LabelTrustAnchor)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		for i := range list.Items {
-			o := &list.Items[i]
+		for _, o := range objs {
 			ref := metav1.GetControllerOf(o)
 			if ref == nil || ref.Kind != "TrustAnchor" || want[objectKey{gvk.Kind, o.GetNamespace(), o.GetName()}] {
 				continue
 			}
 			a.log.Info("deleting what a TrustAnchor no longer publishes", "kind", gvk.Kind,
 				"namespace", o.GetNamespace(), "name", o.GetName(), "trustAnchor", ref.Name)
-			o.SetGroupVersionKind(gvk)
-			if err := a.cl.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			if err := a.cl.Delete(ctx, metadataOf(gvk, o)); err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", gvk.Kind, o.GetNamespace(), o.GetName(), err))
-			}
-		}
-	}
-	return errs
-}
-
-// writeAnchorStatus writes each TrustAnchor's status where it changed, and records its
-// warnings as events.
-func (a *tenantApplier) writeAnchorStatus(ctx context.Context, res *resources.Resources, r *trustanchor.Result) []error {
-	var errs []error
-	ids := uids(res.TrustAnchors)
-	for _, an := range r.Anchors {
-		key := types.NamespacedName{Namespace: an.Namespace, Name: an.Name}
-		stored, err := updateStatus(ctx, a, "TrustAnchor", key, ids[key],
-			func(o *v1alpha1.TrustAnchor) *v1alpha1.TrustAnchorStatus { return &o.Status }, an.Status)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if a.events != nil && stored != nil {
-			for _, w := range an.Warnings {
-				a.events.Eventf(stored, nil, corev1.EventTypeWarning, w.Reason, "Publish", "%s", w.Message)
 			}
 		}
 	}
@@ -330,6 +320,29 @@ func keyOf(o client.Object) objectKey {
 	return objectKey{o.GetObjectKind().GroupVersionKind().Kind, o.GetNamespace(), o.GetName()}
 }
 
+// applyAll applies objs, concurrentWrites at a time, and records those applied.
+func (a *tenantApplier) applyAll(ctx context.Context, objs []client.Object) []error {
+	ok := make([]bool, len(objs))
+	w := newBatch()
+	for i, o := range objs {
+		w.write(func() error {
+			if err := a.serverSideApply(ctx, o); err != nil {
+				return err
+			}
+			ok[i] = true
+			a.applies.Add(1)
+			return nil
+		})
+	}
+	errs := w.wait()
+	for i, o := range objs {
+		if ok[i] {
+			a.applied.done(o)
+		}
+	}
+	return errs
+}
+
 // serverSideApply applies o's fields under FieldManager, taking them over from other
 // managers (the rendered object is what the TenantGateway says). Status is not applied.
 func (a *tenantApplier) serverSideApply(ctx context.Context, o client.Object) error {
@@ -378,17 +391,12 @@ func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, wan
 		if k.certManager && !a.certManager {
 			continue
 		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
-		if err := a.cl.List(ctx, list, client.HasLabels{render.LabelTenantGateway}); err != nil {
-			if meta.IsNoMatchError(err) {
-				continue // a kind the API server does not serve (ListenerSet before v1.5): nothing of it to delete
-			}
-			errs = append(errs, fmt.Errorf("listing %ss: %w", k.gvk.Kind, err))
+		objs, err := cachedLabelled(ctx, a.cl, k.gvk, render.LabelTenantGateway)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		for i := range list.Items {
-			o := &list.Items[i]
+		for _, o := range objs {
 			ref := metav1.GetControllerOf(o)
 			if ref == nil || ref.Kind != "TenantGateway" || !fresh[types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}] {
 				continue
@@ -398,7 +406,7 @@ func (a *tenantApplier) deleteStale(ctx context.Context, out *render.Result, wan
 			}
 			a.log.Info("deleting what a TenantGateway no longer renders", "kind", k.gvk.Kind,
 				"namespace", o.GetNamespace(), "name", o.GetName(), "tenantGateway", ref.Name)
-			if err := a.cl.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			if err := a.cl.Delete(ctx, metadataOf(k.gvk, o), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", k.gvk.Kind, o.GetNamespace(), o.GetName(), err))
 			}
 		}
@@ -498,17 +506,12 @@ func (a *tenantApplier) deleteStaleRoutes(ctx context.Context, out *render.Resul
 	for _, gvk := range []schema.GroupVersionKind{gwv1.SchemeGroupVersion.WithKind("TLSRoute"), gwv1.SchemeGroupVersion.WithKind("TCPRoute"),
 		v1alpha1.GroupVersion.WithKind("AccessPolicy")} {
 		kind := gvk.Kind
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(kind + "List"))
-		if err := a.cl.List(ctx, list, client.HasLabels{render.LabelDatabaseExposure}); err != nil {
-			if meta.IsNoMatchError(err) {
-				continue // a CRD the API server does not serve: nothing of it to delete
-			}
-			errs = append(errs, fmt.Errorf("listing %ss: %w", kind, err))
+		objs, err := cachedLabelled(ctx, a.cl, gvk, render.LabelDatabaseExposure)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		for i := range list.Items {
-			o := &list.Items[i]
+		for _, o := range objs {
 			ref := metav1.GetControllerOf(o)
 			if ref == nil || ref.Kind != "DatabaseExposure" || !fresh[types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}] {
 				continue
@@ -518,7 +521,7 @@ func (a *tenantApplier) deleteStaleRoutes(ctx context.Context, out *render.Resul
 			}
 			a.log.Info("deleting what a DatabaseExposure no longer has", "kind", kind,
 				"namespace", o.GetNamespace(), "name", o.GetName())
-			if err := a.cl.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			if err := a.cl.Delete(ctx, metadataOf(gvk, o)); err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("deleting %s %s/%s: %w", kind, o.GetNamespace(), o.GetName(), err))
 			}
 		}
@@ -587,72 +590,4 @@ func (a *tenantApplier) patchNamespace(ctx context.Context, ns *corev1.Namespace
 		return fmt.Errorf("labelling namespace %s: %w", ns.Name, err)
 	}
 	return nil
-}
-
-// writeStatus writes each TenantGateway's and DatabaseExposure's status where it differs
-// from the stored one.
-func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resources, out *render.Result) []error {
-	var errs []error
-	tenants := uids(res.TenantGateways)
-	for _, t := range out.Tenants {
-		key := types.NamespacedName{Namespace: t.Namespace, Name: t.Name}
-		_, err := updateStatus(ctx, a, "TenantGateway", key, tenants[key],
-			func(o *v1alpha1.TenantGateway) *v1alpha1.TenantGatewayStatus { return &o.Status }, t.Status)
-		errs = append(errs, err)
-	}
-	exposures := uids(res.DatabaseExposures)
-	for _, x := range out.Exposures {
-		key := types.NamespacedName{Namespace: x.Namespace, Name: x.Name}
-		_, err := updateStatus(ctx, a, "DatabaseExposure", key, exposures[key],
-			func(o *v1alpha1.DatabaseExposure) *v1alpha1.DatabaseExposureStatus { return &o.Status }, x.Status)
-		errs = append(errs, err)
-	}
-	return slices.DeleteFunc(errs, func(e error) bool { return e == nil })
-}
-
-// uids maps objects' namespace/name to their UIDs.
-func uids[T client.Object](objs []T) map[types.NamespacedName]types.UID {
-	m := make(map[types.NamespacedName]types.UID, len(objs))
-	for _, o := range objs {
-		m[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}] = o.GetUID()
-	}
-	return m
-}
-
-// updateStatus writes want as the status (status(obj)) of the stored object key of kind
-// kind, when it differs, retrying on conflict, and returns the stored object (nil when it
-// is gone, which is no error: its status has no one to show it to; nil too when want is
-// what this applier last wrote to the object uid, which then costs no request at all).
-func updateStatus[T any, PT interface {
-	*T
-	client.Object
-}, S any](ctx context.Context, a *tenantApplier, kind string, key types.NamespacedName, uid types.UID, status func(PT) *S, want S) (PT, error) {
-	var stored PT
-	if a.applied.statusUnchanged(kind, uid, want) {
-		return stored, nil
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		// The stored object, not the cache's: right after this applier's own write the
-		// cache lags behind, and an update from it would only conflict.
-		cur := PT(new(T))
-		if err := a.api.Get(ctx, key, cur); err != nil {
-			return err
-		}
-		stored = cur
-		if equality.Semantic.DeepEqual(*status(cur), want) {
-			a.applied.statusDone(kind, cur.GetUID(), want)
-			return nil
-		}
-		*status(cur) = want
-		if err := a.cl.Status().Update(ctx, cur); err != nil {
-			return err
-		}
-		a.statusWrites.Add(1)
-		a.applied.statusDone(kind, cur.GetUID(), want)
-		return nil
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return stored, fmt.Errorf("status of %s %s: %w", kind, key, err)
-	}
-	return stored, nil
 }

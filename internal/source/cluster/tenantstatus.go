@@ -1,0 +1,226 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/render"
+	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/trustanchor"
+)
+
+// The status of the tenant objects: TenantGateways, DatabaseExposures and TrustAnchors.
+//
+// A pass writes the status of an object only where it changed, compared with what this
+// applier last wrote to that very object (its UID), or, the first time, with the cached
+// object. Each write is one request (a JSON patch of the whole status, guarded by the UID),
+// and the writes of a pass go out concurrentWrites at a time: at 10 000 exposures a change that
+// touches many statuses (a TrustAnchor's CA rotated) must not take a round trip per object in
+// a row, and the next pass, the one that applies a new exposure's route, waits for it.
+const concurrentWrites = 16
+
+// writeStatus writes each TenantGateway's and DatabaseExposure's status where it changed;
+// not yet that of the exposures whose routes this pass created. Theirs would say "not
+// programmed" until the routes' own events bring the next pass, a moment later, which writes
+// what the Gateway made of them: one write for a new exposure, not two.
+func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resources, out *render.Result, created map[types.NamespacedName]bool) []error {
+	w := newBatch()
+	tenants := byKey(res.TenantGateways)
+	for _, t := range out.Tenants {
+		w.write(func() error {
+			_, err := updateStatus(ctx, a, "TenantGateway", tenants[types.NamespacedName{Namespace: t.Namespace, Name: t.Name}],
+				func(o *v1alpha1.TenantGateway) *v1alpha1.TenantGatewayStatus { return &o.Status },
+				func(s *v1alpha1.TenantGatewayStatus) *[]metav1.Condition { return &s.Conditions }, t.Status)
+			return err
+		})
+	}
+	exposures := byKey(res.DatabaseExposures)
+	for _, x := range out.Exposures {
+		if created[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}] {
+			continue
+		}
+		w.write(func() error {
+			_, err := updateStatus(ctx, a, "DatabaseExposure", exposures[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}],
+				func(o *v1alpha1.DatabaseExposure) *v1alpha1.DatabaseExposureStatus { return &o.Status },
+				func(s *v1alpha1.DatabaseExposureStatus) *[]metav1.Condition { return &s.Conditions }, x.Status)
+			return err
+		})
+	}
+	return w.wait()
+}
+
+// writeAnchorStatus writes each TrustAnchor's status where it changed, and records its
+// warnings as events when it does.
+func (a *tenantApplier) writeAnchorStatus(ctx context.Context, res *resources.Resources, r *trustanchor.Result) []error {
+	w := newBatch()
+	anchors := byKey(res.TrustAnchors)
+	for _, an := range r.Anchors {
+		w.write(func() error {
+			obj := anchors[types.NamespacedName{Namespace: an.Namespace, Name: an.Name}]
+			written, err := updateStatus(ctx, a, "TrustAnchor", obj,
+				func(o *v1alpha1.TrustAnchor) *v1alpha1.TrustAnchorStatus { return &o.Status },
+				func(s *v1alpha1.TrustAnchorStatus) *[]metav1.Condition { return &s.Conditions }, an.Status)
+			if written && a.events != nil {
+				for _, warn := range an.Warnings {
+					a.events.Eventf(obj, nil, corev1.EventTypeWarning, warn.Reason, "Publish", "%s", warn.Message)
+				}
+			}
+			return err
+		})
+	}
+	return w.wait()
+}
+
+// batch runs a pass's writes concurrentWrites at a time.
+type batch struct {
+	wg   sync.WaitGroup
+	sem  chan struct{}
+	mu   sync.Mutex
+	errs []error
+}
+
+func newBatch() *batch {
+	return &batch{sem: make(chan struct{}, concurrentWrites)}
+}
+
+func (p *batch) write(f func() error) {
+	p.sem <- struct{}{}
+	p.wg.Go(func() {
+		defer func() { <-p.sem }()
+		if err := f(); err != nil {
+			p.mu.Lock()
+			p.errs = append(p.errs, err)
+			p.mu.Unlock()
+		}
+	})
+}
+
+func (p *batch) wait() []error {
+	p.wg.Wait()
+	return p.errs
+}
+
+// tenantUIDs are the UIDs of the objects whose status the applier writes.
+func tenantUIDs(res *resources.Resources) map[types.UID]bool {
+	m := make(map[types.UID]bool, len(res.TenantGateways)+len(res.DatabaseExposures)+len(res.TrustAnchors))
+	for _, o := range res.TenantGateways {
+		m[o.UID] = true
+	}
+	for _, o := range res.DatabaseExposures {
+		m[o.UID] = true
+	}
+	for _, o := range res.TrustAnchors {
+		m[o.UID] = true
+	}
+	return m
+}
+
+// byKey maps objects by namespace/name.
+func byKey[T client.Object](objs []T) map[types.NamespacedName]T {
+	m := make(map[types.NamespacedName]T, len(objs))
+	for _, o := range objs {
+		m[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}] = o
+	}
+	return m
+}
+
+// updateStatus writes want as the status (status(obj)) of obj, the cached object, when it
+// changed, and says whether it wrote. A nil obj is gone from the cache: its status has no
+// one to show it to, which is no error; neither is its deletion meanwhile.
+//
+// A condition whose status is the one last written (or, the first time, the cached one)
+// keeps that LastTransitionTime: render stamps conditions against the cached object, which
+// lags behind this applier's own writes, so the same condition could otherwise come out
+// with a new time on each pass and be written again and again. Times are kept to the second,
+// as the API server stores them.
+func updateStatus[T any, PT interface {
+	*T
+	client.Object
+}, S any](ctx context.Context, a *tenantApplier, kind string, obj PT, status func(PT) *S, conds func(*S) *[]metav1.Condition, want S) (bool, error) {
+	if obj == nil || obj.GetUID() == "" {
+		return false, nil
+	}
+	uid := obj.GetUID()
+	var prev S
+	last, memo := a.applied.lastStatus(kind, uid)
+	if memo {
+		prev = last.(S)
+	} else {
+		prev = *status(obj)
+	}
+	want = keepTransitions(want, conds, prev)
+	if equality.Semantic.DeepEqual(prev, want) {
+		if !memo {
+			a.applied.statusDone(kind, uid, want)
+		}
+		return false, nil
+	}
+	raw, err := json.Marshal([]map[string]any{
+		// The very object the status was made for, not one created again by the same name.
+		{"op": "test", "path": "/metadata/uid", "value": uid},
+		{"op": "add", "path": "/status", "value": want},
+	})
+	if err != nil {
+		return false, err
+	}
+	target := PT(new(T))
+	target.SetNamespace(obj.GetNamespace())
+	target.SetName(obj.GetName())
+	err = a.cl.Status().Patch(ctx, target, client.RawPatch(types.JSONPatchType, raw))
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case isUIDTestFailure(err):
+		return false, nil // deleted and created again: the next pass writes the new one's
+	case err != nil:
+		return false, fmt.Errorf("status of %s %s/%s: %w", kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	a.statusWrites.Add(1)
+	a.applied.statusDone(kind, uid, want)
+	return true, nil
+}
+
+// isUIDTestFailure reports whether err is the API server refusing the JSON patch because
+// its UID guard failed (422, naming the path), not because the status is invalid.
+func isUIDTestFailure(err error) bool {
+	var se apierrors.APIStatus
+	return errors.As(err, &se) && se.Status().Code == http.StatusUnprocessableEntity &&
+		strings.Contains(se.Status().Message, "/metadata/uid")
+}
+
+// keepTransitions returns want with the LastTransitionTime of every condition whose status
+// prev's condition of the same type has, and the others' to the second.
+func keepTransitions[S any](want S, conds func(*S) *[]metav1.Condition, prev S) S {
+	wc := *conds(&want)
+	if len(wc) == 0 {
+		return want
+	}
+	pc := *conds(&prev)
+	// A copy: want's conditions may be shared with render's result.
+	out := make([]metav1.Condition, len(wc))
+	for i, c := range wc {
+		c.LastTransitionTime = c.LastTransitionTime.Rfc3339Copy()
+		for _, p := range pc {
+			if p.Type == c.Type && p.Status == c.Status {
+				c.LastTransitionTime = p.LastTransitionTime
+				break
+			}
+		}
+		out[i] = c
+	}
+	*conds(&want) = out
+	return want
+}
