@@ -93,6 +93,8 @@ func newEnv(t *testing.T) *env {
 		APIServerFlags: map[string]string{
 			"audit-policy-file": policy, "audit-log-path": e.audit, "audit-log-format": "json",
 			"audit-log-mode": "blocking", "audit-log-maxsize": "0",
+			// Room for a Service per tenant (the default /24 holds 254).
+			"service-cluster-ip-range": "10.96.0.0/16",
 		},
 	}})
 	e.cl = e.kc.Client
@@ -307,6 +309,19 @@ func (c *controller) metric(name string) float64 {
 		}
 	}
 	return sum
+}
+
+// profile saves a CPU profile of the controller over the next seconds.
+func (c *controller) profile(path string, seconds int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.admin, seconds))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	if f, err := os.Create(path); err == nil {
+		io.Copy(f, resp.Body)
+		f.Close()
+	}
 }
 
 func (c *controller) tail() string {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,18 +26,27 @@ import (
 
 // TestControlPlaneScale runs the benchmark when SNIGATE_CPSCALE says which: "smoke" (10
 // tenants × 10 exposures, 5 trials) or "full" (10, 100 and 1 000 tenants × 10, 30 trials
-// each, then 10 000 exposures on one tenant). SNIGATE_CPSCALE_OUT names the JSON results.
+// each, then 10 000 exposures on one tenant); "shared" and "one" run one of full's two
+// shapes alone (while working on one). SNIGATE_CPSCALE_OUT names the JSON results.
 func TestControlPlaneScale(t *testing.T) {
 	mode := os.Getenv("SNIGATE_CPSCALE")
 	if mode == "" {
 		t.Skip("a benchmark: bench/cpscale.sh runs it (SNIGATE_CPSCALE=smoke or full)")
 	}
 	steps, trials, solo := []int{10}, 5, 0
-	if mode == "full" {
+	switch mode {
+	case "full":
 		steps, trials, solo = []int{10, 100, 1000}, 30, 10000
+	case "shared":
+		steps, trials = []int{10, 100, 1000}, 30
+	case "one":
+		steps, trials, solo = nil, 30, 10000
 	}
 	var results []Step
 	t.Run("shared Gateway", func(t *testing.T) {
+		if len(steps) == 0 {
+			t.Skip("not in this mode")
+		}
 		e := newEnv(t)
 		for _, n := range steps {
 			e.addTenants(n, 10, true)
@@ -126,6 +136,10 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	defer stop()
 	probes0, probesAt := c.metric("snigate_certificate_probes_total"), time.Now()
 	writes := map[string][]float64{}
+	if keep := os.Getenv("SNIGATE_CPSCALE_KEEP"); keep != "" {
+		// Where the controller's time goes during the trials, for reading after the run.
+		go c.profile(filepath.Join(keep, fmt.Sprintf("cpu-%s-%d.pprof", strings.ReplaceAll(shape, " ", "-"), exposures)), 30)
+	}
 	for i := range trials {
 		ns := e.randomTenant()
 		name := fmt.Sprintf("trial-%d", i)

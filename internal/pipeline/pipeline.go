@@ -68,10 +68,24 @@ type Config struct {
 	Logger  *slog.Logger
 	// Translate is passed to every translation (Generation and Memo are the runner's).
 	Translate translate.Options
-	// Render renders TenantGateways in memory (standalone mode; in a cluster a controller
-	// applies the rendered objects instead). RenderOptions.Previous and Now are the runner's.
+	// Render renders TenantGateways in memory and serves what they render: in standalone
+	// mode the only place they are rendered; in a cluster the same render, whose objects a
+	// controller applies afterwards (Rendered), so that a new exposure is served without
+	// waiting for its route's round trip through the API server. RenderOptions.Previous and
+	// Now are the runner's.
 	Render        bool
 	RenderOptions render.Options
+	// RenderInputs, when set, fills in what each render reads beside the resources: in a
+	// cluster, the cert-manager objects and the leader's certificate probe verdicts.
+	RenderInputs func(*render.Options)
+	// Cluster says the resources come from an API server: its CRDs validated the render
+	// inputs already (files are checked here), and the cluster's controller projects the
+	// TrustAnchors and probes the certificates (Probes is nil).
+	Cluster bool
+	// Prepare, when set, adjusts the resources translate reads after the render's objects
+	// joined them (the cluster's local addresses for Gateways). It must hand back the same
+	// objects for the same input: translate remembers its work by object identity.
+	Prepare func(*resources.Resources) *resources.Resources
 	// Probes, with Render, probes the certificates of the rendered DatabaseExposures'
 	// backends: each run hands it the targets, and its latest verdicts become their
 	// CertificateVerified (call Refresh when they change).
@@ -102,6 +116,7 @@ type Runner struct {
 	rendered   *render.Result       // the last applied render
 	anchors    *trustanchor.Result  // the last TrustAnchor projection (standalone: status only)
 	last       *resources.Resources // the last input Run was given (Refresh runs it again)
+	translated *resources.Resources // what the serving snapshot was translated from
 
 	// stateMu guards what State reads alone, so /status and /readyz answer at once while a
 	// long Run (100 000 routes take about a second) goes on.
@@ -238,25 +253,36 @@ func (r *Runner) run(res *resources.Resources) error {
 		// A TenantGateway the CRD would refuse is invalid input, like any other: in a
 		// cluster the API server refuses it; from files the reload is rejected, naming the
 		// file, the object and the field.
-		if err := validateRenderInputs(res); err != nil {
-			return &InputError{Err: err}
+		if !r.cfg.Cluster {
+			if err := validateRenderInputs(res); err != nil {
+				return &InputError{Err: err}
+			}
 		}
 		ro := r.cfg.RenderOptions
 		ro.Previous, ro.Now = r.rendered, opts.Now
 		if r.cfg.Probes != nil {
 			ro.Probes = render.Verdicts(r.cfg.Probes.Results())
 		}
+		if r.cfg.RenderInputs != nil {
+			r.cfg.RenderInputs(&ro)
+		}
 		rendered = render.Render(res, ro)
-		anchors = trustanchor.Render(trustanchor.Input{TrustAnchors: res.TrustAnchors, Secrets: res.Secrets},
-			trustanchor.Options{Now: opts.Now, Previous: r.anchors, InUse: r.inUse()})
-		if res == r.last && r.rendered != nil && rendered.SameObjects(r.rendered) {
-			// The same input rendered to the very same objects: only the certificate
-			// probes' verdicts moved (Refresh). The statuses follow; the routing table is
-			// what it was, so nothing is translated or applied and the generation stays.
-			r.statusOnly(res, rendered, anchors)
-			return nil
+		if !r.cfg.Cluster {
+			anchors = trustanchor.Render(trustanchor.Input{TrustAnchors: res.TrustAnchors, Secrets: res.Secrets},
+				trustanchor.Options{Now: opts.Now, Previous: r.anchors, InUse: r.inUse()})
 		}
 		res = rendered.Merge(res)
+	}
+	if r.cfg.Prepare != nil {
+		res = r.cfg.Prepare(res)
+	}
+	if r.translated != nil && sameTranslateInput(res, r.translated) {
+		// Nothing translate reads changed (a certificate probe's verdict moved, a
+		// DatabaseExposure's route came back from the API server as rendered): the
+		// statuses follow; the routing table is what it was, so nothing is translated or
+		// applied and the generation stays.
+		r.statusOnly(input, res, rendered, anchors)
+		return nil
 	}
 	out := translate.Translate(res, opts)
 	if len(out.Errors) > 0 {
@@ -283,7 +309,7 @@ func (r *Runner) run(res *resources.Resources) error {
 		}
 	}
 	r.generation = opts.Generation
-	r.rendered, r.anchors, r.last = rendered, anchors, input
+	r.rendered, r.anchors, r.last, r.translated = rendered, anchors, input, res
 	if r.cfg.Probes != nil && rendered != nil {
 		r.cfg.Probes.Set(render.ProbeTargets(res, rendered, anchors.Bundles()))
 	}
@@ -301,23 +327,54 @@ func (r *Runner) run(res *resources.Resources) error {
 	return nil
 }
 
-// statusOnly takes a render whose objects are the serving ones (statusOnly's caller checked
-// it): the TenantGateways', DatabaseExposures' and TrustAnchors' status follow it, the rest of
-// the state stays. r.mu is held.
-func (r *Runner) statusOnly(res *resources.Resources, rendered *render.Result, anchors *trustanchor.Result) {
+// statusOnly takes a run whose translate input is the serving snapshot's (merged; its
+// caller checked it): the TenantGateways', DatabaseExposures' and TrustAnchors' status
+// follow the render, the status is published again (an object that has appeared since, such
+// as a rendered route the controller applied, gets its status written), the rest of the
+// state stays. r.mu is held.
+func (r *Runner) statusOnly(input, merged *resources.Resources, rendered *render.Result, anchors *trustanchor.Result) {
 	r.stateMu.Lock()
 	st := r.state
 	r.stateMu.Unlock()
-	render.Complete(rendered, st.Status, r.cfg.Translate.Now)
-	r.rendered, r.anchors = rendered, anchors
-	if r.cfg.Probes != nil {
-		r.cfg.Probes.Set(render.ProbeTargets(rendered.Merge(res), rendered, anchors.Bundles()))
+	if rendered != nil {
+		render.Complete(rendered, st.Status, r.cfg.Translate.Now)
+		if r.cfg.Probes != nil {
+			r.cfg.Probes.Set(render.ProbeTargets(merged, rendered, anchors.Bundles()))
+		}
+	}
+	r.rendered, r.anchors, r.last = rendered, anchors, input
+	if r.cfg.Publish != nil {
+		r.cfg.Publish(st.Status)
 	}
 	r.stateMu.Lock()
-	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(res, rendered, anchors)
+	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(input, rendered, anchors)
 	r.cfg.Metrics.Conditions.Set(conditions(r.state))
 	r.stateMu.Unlock()
 	r.log.Debug("status refreshed", "generation", r.generation)
+}
+
+// sameTranslateInput reports whether translate would read the same in a as in b: every
+// kind it reads (not the render's inputs) holds the same objects in the same order
+// (resources.SameSpec: for a kind whose status snigate writes, a status write is no change).
+func sameTranslateInput(a, b *resources.Resources) bool {
+	for i := range resources.Kinds {
+		k := &resources.Kinds[i]
+		if k.RenderInput {
+			continue
+		}
+		if !slices.EqualFunc(k.Objects(a), k.Objects(b), func(x, y resources.Object) bool { return resources.SameSpec(x, y, k.OwnStatus) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// Rendered is the render of the last Run (nil without Config.Render): in a cluster, what the
+// controller applies and whose statuses it writes. It does not change once returned.
+func (r *Runner) Rendered() *render.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rendered
 }
 
 // tenantStatus is the status of every TenantGateway, DatabaseExposure and TrustAnchor for

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
@@ -386,4 +387,97 @@ func TestProbeVerdictIsStatusOnly(t *testing.T) {
 	if g := r.State().Generation; g != 2 || len(rec.applied) != 2 {
 		t.Fatalf("after a change: generation %d, %d snapshots applied; want 2 and 2", g, len(rec.applied))
 	}
+}
+
+// In a cluster the runner renders too and serves what it renders at once; the route the
+// controller then applies comes back from the API server with a generation, and is
+// translated in place of the rendered one (its status names that generation); status-only
+// changes of it, and a second run of the same input, change no configuration.
+func TestClusterRenderServesBeforeTheAPIServer(t *testing.T) {
+	res, err := file.Load("../../examples/databases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a cluster holds them: with UIDs (the rendered routes are owned by their exposures).
+	for i, x := range res.DatabaseExposures {
+		x = x.DeepCopy()
+		x.UID = types.UID("uid-" + x.Name)
+		res.DatabaseExposures[i] = x
+	}
+	rec := &recorder{}
+	r, err := New(Config{Apply: rec.apply, Publish: rec.publish, Render: true, Cluster: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(res); err != nil {
+		t.Fatal(err)
+	}
+	rendered := r.Rendered()
+	if len(rendered.TLSRoutes) == 0 || r.State().Generation != 1 {
+		t.Fatalf("%d routes rendered, generation %d", len(rendered.TLSRoutes), r.State().Generation)
+	}
+	first := rendered.TLSRoutes[0]
+	// Its status is computed from the rendered object: generation 0, never written.
+	st := r.Status()
+	if s := routeStatus(st, first.Namespace, first.Name); s == nil || s.Parents[0].Conditions[0].ObservedGeneration != 0 {
+		t.Fatalf("status of the rendered route: %+v", s)
+	}
+
+	// The same input again: nothing to translate.
+	if err := r.Run(res); err != nil {
+		t.Fatal(err)
+	}
+	if g := r.State().Generation; g != 1 {
+		t.Errorf("the same input made generation %d", g)
+	}
+
+	// The API server's copy of the first route, as applied: same digest, a generation.
+	applied := first.DeepCopy()
+	applied.Generation, applied.UID, applied.ResourceVersion = 1, "uid-1", "10"
+	withCopy := *res
+	withCopy.TLSRoutes = append(slices.Clone(res.TLSRoutes), applied)
+	if err := r.Run(&withCopy); err != nil {
+		t.Fatal(err)
+	}
+	if g := r.State().Generation; g != 2 {
+		t.Fatalf("the applied copy made generation %d, want 2", g)
+	}
+	if s := routeStatus(r.Status(), first.Namespace, first.Name); s == nil || s.Parents[0].Conditions[0].ObservedGeneration != 1 {
+		t.Fatalf("status of the applied route: %+v", s)
+	}
+	// Its status written (a new resourceVersion, the same generation): no configuration.
+	written := applied.DeepCopy()
+	written.ResourceVersion = "11"
+	withWritten := withCopy
+	withWritten.TLSRoutes = append(slices.Clone(res.TLSRoutes), written)
+	if err := r.Run(&withWritten); err != nil {
+		t.Fatal(err)
+	}
+	if g := r.State().Generation; g != 2 {
+		t.Errorf("a status write made generation %d", g)
+	}
+
+	// A copy of another render (someone changed it; the controller applies it again) is
+	// not translated: the render is.
+	stale := applied.DeepCopy()
+	stale.Annotations = map[string]string{"snigate.dev/rendered": "0000000000000000"}
+	stale.Spec.Hostnames = []gwv1.Hostname{"elsewhere.example.test"}
+	withStale := *res
+	withStale.TLSRoutes = append(slices.Clone(res.TLSRoutes), stale)
+	if err := r.Run(&withStale); err != nil {
+		t.Fatal(err)
+	}
+	if s := routeStatus(r.Status(), first.Namespace, first.Name); s == nil || s.Parents[0].Conditions[0].ObservedGeneration != 0 {
+		t.Errorf("a stale copy was translated: %+v", s)
+	}
+}
+
+func routeStatus(st *translate.Status, ns, name string) *gwv1.RouteStatus {
+	for i := range st.TLSRoutes {
+		if st.TLSRoutes[i].Namespace == ns && st.TLSRoutes[i].Name == name {
+			return &st.TLSRoutes[i].Status.RouteStatus
+		}
+	}
+	return nil
 }

@@ -167,13 +167,9 @@ func (b *build) listeners() {
 // inside the tenant's apex or a child's, sorted and distinct. TLSRoute hostnames never get
 // an HTTPS listener: their backend terminates.
 func (b *build) httpHostnames() []string {
-	inTree := map[string]bool{}
-	for _, ns := range b.tree.namespaces {
-		inTree[ns] = true
-	}
 	var hosts []string
-	for _, h := range b.r.in.HTTPRoutes {
-		if !inTree[h.Namespace] || !attaches(h.Namespace, h.Spec.ParentRefs, b.t) {
+	for _, h := range b.treeHTTPRoutes() {
+		if !attaches(h.Namespace, h.Spec.ParentRefs, b.t) {
 			continue
 		}
 		if ownedBy(h, b.t) {
@@ -187,6 +183,15 @@ func (b *build) httpHostnames() []string {
 	}
 	slices.Sort(hosts)
 	return slices.Compact(hosts)
+}
+
+// treeHTTPRoutes are the HTTPRoutes of the tree's namespaces.
+func (b *build) treeHTTPRoutes() []*gwv1.HTTPRoute {
+	var out []*gwv1.HTTPRoute
+	for _, ns := range b.tree.namespaces {
+		out = append(out, b.r.idx.httpIn[ns]...)
+	}
+	return out
 }
 
 // attaches reports whether parentRefs of a route in namespace ns name t's Gateway (its
@@ -226,17 +231,13 @@ func (b *build) hostnameOwners() string {
 		created        metav1.Time
 		platform       bool
 	}
-	inTree := map[string]bool{}
-	for _, ns := range b.tree.namespaces {
-		inTree[ns] = true
-	}
 	platform := map[string]bool{}
 	for _, ns := range b.t.Spec.AttachedNamespaces {
 		platform[ns] = true
 	}
 	claims := map[string][]claim{}
 	add := func(m metav1.ObjectMeta, kind string, refs []gwv1.ParentReference, hosts []gwv1.Hostname) {
-		if !inTree[m.Namespace] || !attaches(m.Namespace, refs, b.t) || m.Labels[LabelTenantGateway] == b.t.Name {
+		if !attaches(m.Namespace, refs, b.t) || m.Labels[LabelTenantGateway] == b.t.Name {
 			return
 		}
 		for _, h := range hosts {
@@ -244,11 +245,13 @@ func (b *build) hostnameOwners() string {
 				claim{m.Namespace, kind, m.Name, m.CreationTimestamp, platform[m.Namespace]})
 		}
 	}
-	for _, h := range b.r.in.HTTPRoutes {
+	for _, h := range b.treeHTTPRoutes() {
 		add(h.ObjectMeta, "HTTPRoute", h.Spec.ParentRefs, h.Spec.Hostnames)
 	}
-	for _, tr := range b.r.in.TLSRoutes {
-		add(tr.ObjectMeta, "TLSRoute", tr.Spec.ParentRefs, tr.Spec.Hostnames)
+	for _, ns := range b.tree.namespaces {
+		for _, tr := range b.r.idx.tlsIn[ns] {
+			add(tr.ObjectMeta, "TLSRoute", tr.Spec.ParentRefs, tr.Spec.Hostnames)
+		}
 	}
 	var entries []string
 	for host, cs := range claims {

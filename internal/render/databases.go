@@ -89,8 +89,19 @@ func (r *renderer) assignExposures(tgws map[string]*v1alpha1.TenantGateway) {
 		if ns == t.Namespace || slices.Contains(t.Spec.AttachedNamespaces, ns) {
 			return true
 		}
-		n := r.namespaces[ns]
+		n := r.idx.namespaces[ns]
 		return n != nil && n.Labels[LabelGateway] == t.Namespace
+	}
+	// The TenantGateways by name, and those that attach each namespace: the candidates of
+	// an exposure, looked up rather than tried one by one.
+	named := map[string][]*v1alpha1.TenantGateway{}
+	attached := map[string][]*v1alpha1.TenantGateway{}
+	for _, ns := range sortedKeys(tgws) {
+		t := tgws[ns]
+		named[t.Name] = append(named[t.Name], t)
+		for _, a := range t.Spec.AttachedNamespaces {
+			attached[a] = append(attached[a], t)
+		}
 	}
 	for _, src := range r.in.DatabaseExposures {
 		d := src.DeepCopy()
@@ -108,8 +119,8 @@ func (r *renderer) assignExposures(tgws map[string]*v1alpha1.TenantGateway) {
 		}
 		var target *v1alpha1.TenantGateway
 		if ref := d.Spec.TenantGatewayRef; ref != nil {
-			for _, t := range tgws {
-				if t.Name == ref.Name && (ref.Namespace == "" || ref.Namespace == t.Namespace) && inTreeOf(d.Namespace, t) {
+			for _, t := range named[ref.Name] {
+				if (ref.Namespace == "" || ref.Namespace == t.Namespace) && inTreeOf(d.Namespace, t) {
 					target = t
 				}
 			}
@@ -118,10 +129,19 @@ func (r *renderer) assignExposures(tgws map[string]*v1alpha1.TenantGateway) {
 				continue
 			}
 		} else {
-			for _, ns := range sortedKeys(tgws) {
-				if t := tgws[ns]; inTreeOf(d.Namespace, t) {
+			// The first in namespace order of those whose tree holds it: its own
+			// namespace's, its label's, or one attaching it.
+			var candidates []*v1alpha1.TenantGateway
+			if t := tgws[d.Namespace]; t != nil {
+				candidates = append(candidates, t)
+			}
+			if n := r.idx.namespaces[d.Namespace]; n != nil && tgws[n.Labels[LabelGateway]] != nil {
+				candidates = append(candidates, tgws[n.Labels[LabelGateway]])
+			}
+			candidates = append(candidates, attached[d.Namespace]...)
+			for _, t := range candidates {
+				if inTreeOf(d.Namespace, t) && (target == nil || t.Namespace < target.Namespace) {
 					target = t
-					break
 				}
 			}
 			if target == nil {
@@ -163,7 +183,11 @@ func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg stri
 		k := [2]string{in.d.Namespace, in.d.Name}
 		x, ok := prev[k]
 		if !ok {
-			r.refuseExposure(in.src, v1alpha1.ReasonTenantGatewayNotRendered, fmt.Sprintf("TenantGateway %s/%s renders nothing new (%s: %s)", t.Namespace, t.Name, reason, msg))
+			// Nothing rendered to keep (a restart): whatever a cluster holds of it stays
+			// (Merge, and the controller deletes none of it), so it is not rendered anew.
+			x := r.refused(in.src, v1alpha1.ReasonTenantGatewayNotRendered, fmt.Sprintf("TenantGateway %s/%s renders nothing new (%s: %s)", t.Namespace, t.Name, reason, msg))
+			x.Rendered = false
+			r.out.Exposures = append(r.out.Exposures, x)
 			continue
 		}
 		// Its own status, not the previous result's: Render must leave Previous as it was
@@ -172,8 +196,7 @@ func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg stri
 		r.out.Exposures = append(r.out.Exposures, x)
 		if ref := in.d.Spec.CertificateRef; ref != nil && len(x.Status.Hostnames) > 0 {
 			// Its Certificate keeps the names the kept route serves.
-			r.out.CertificateNames = mergeCertificateNames(r.out.CertificateNames,
-				[]CertificateNames{{Namespace: k[0], Name: ref.Name, Hostnames: x.Status.Hostnames}})
+			r.addCertificateNames([]CertificateNames{{Namespace: k[0], Name: ref.Name, Hostnames: x.Status.Hostnames}})
 		}
 		for _, tr := range r.opts.Previous.TLSRoutes {
 			if tr.Namespace == k[0] && tr.Name == k[1] {
@@ -488,32 +511,25 @@ func (r *renderer) routeNameInUse(d *v1alpha1.DatabaseExposure, e engine.Engine)
 		}
 		return false
 	}
-	kind := "TLSRoute"
-	var objs []metav1.Object
+	kind, key := "TLSRoute", keyOf(d)
+	var o metav1.Object
 	if e.SNIRouted() {
-		for _, tr := range r.in.TLSRoutes {
-			objs = append(objs, tr)
+		if tr := r.idx.tlsRoutes[key]; tr != nil {
+			o = tr
 		}
-	} else {
-		kind = "TCPRoute"
-		for _, tr := range r.in.TCPRoutes {
-			objs = append(objs, tr)
-		}
+	} else if tr := r.idx.tcpRoutes[key]; tr != nil {
+		kind, o = "TCPRoute", tr
 	}
-	for _, o := range objs {
-		if o.GetNamespace() == d.Namespace && o.GetName() == d.Name && !mine(o) {
-			return fmt.Sprintf("%s %s/%s exists and is not this DatabaseExposure's: rename one of them", kind, d.Namespace, d.Name)
-		}
+	if o != nil && !mine(o) {
+		return fmt.Sprintf("%s %s/%s exists and is not this DatabaseExposure's: rename one of them", kind, d.Namespace, d.Name)
 	}
 	return ""
 }
 
 // anchorRelease is the release (the published Secret's name stem) of TrustAnchor name.
 func (r *renderer) anchorRelease(ns, name string) string {
-	for _, a := range r.in.TrustAnchors {
-		if a.Namespace == ns && a.Name == name && a.Spec.Release != "" {
-			return a.Spec.Release
-		}
+	if a := r.idx.anchors[nsName{ns, name}]; a != nil && a.Spec.Release != "" {
+		return a.Spec.Release
 	}
 	return name
 }
@@ -521,19 +537,21 @@ func (r *renderer) anchorRelease(ns, name string) string {
 // completeExposures fills in Programmed (the route accepted on its listener, the listener
 // programmed) and the addresses from translate's status.
 func completeExposures(out *Result, st *translate.Status, now func() metav1.Time) {
+	sets := byName(out.ListenerSets)
+	gateways := map[[2]string]*gwv1.GatewayStatus{} // each tenant's, looked up once
 	for i := range out.Exposures {
 		x := &out.Exposures[i]
 		if x.route == "" || st == nil || !x.Rendered {
 			continue
 		}
-		gs := st.Gateway(x.gateway[0], x.gateway[1])
-		if gs == nil {
-			// A TenantGateway on a shared Gateway: its listeners are its ListenerSet's.
-			for _, ls := range out.ListenerSets {
-				if ls.Namespace == x.gateway[0] && ls.Name == x.gateway[1] {
-					gs = setAsGateway(st, ls)
-				}
+		gs, seen := gateways[x.gateway]
+		if !seen {
+			gs = st.Gateway(x.gateway[0], x.gateway[1])
+			if ls := sets[nsName{x.gateway[0], x.gateway[1]}]; gs == nil && ls != nil {
+				// A TenantGateway on a shared Gateway: its listeners are its ListenerSet's.
+				gs = setAsGateway(st, ls)
 			}
+			gateways[x.gateway] = gs
 		}
 		if gs == nil {
 			continue
@@ -586,16 +604,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// mergeCertificateNames adds more to names, one entry per Certificate with the union of
-// its hostnames, both sorted.
-func mergeCertificateNames(names, more []CertificateNames) []CertificateNames {
+// addCertificateNames gathers hostnames that cert-manager Certificates must carry.
+func (r *renderer) addCertificateNames(more []CertificateNames) {
 	for _, m := range more {
-		i := slices.IndexFunc(names, func(n CertificateNames) bool { return n.Namespace == m.Namespace && n.Name == m.Name })
-		if i < 0 {
-			names = append(names, CertificateNames{Namespace: m.Namespace, Name: m.Name})
-			i = len(names) - 1
-		}
-		names[i].Hostnames = uniqueSorted(append(names[i].Hostnames, m.Hostnames...)...)
+		k := nsName{m.Namespace, m.Name}
+		r.certNames[k] = append(r.certNames[k], m.Hostnames...)
+	}
+}
+
+// certificateNames is what was gathered: one entry per Certificate with the union of its
+// hostnames, both sorted.
+func (r *renderer) certificateNames() []CertificateNames {
+	var names []CertificateNames
+	for k, hosts := range r.certNames {
+		names = append(names, CertificateNames{Namespace: k.namespace, Name: k.name, Hostnames: uniqueSorted(hosts...)})
 	}
 	slices.SortFunc(names, func(a, b CertificateNames) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))

@@ -157,17 +157,25 @@ type Tenant struct {
 	secret *corev1.Secret    // the wildcard Secret served (existingSecret mode)
 }
 
-// Merge returns res with the rendered Gateways and HTTPRoutes added (a new Resources; res
-// is not changed, its objects are shared). Origins name each rendered object's
-// TenantGateway, so translate's errors point at the file a user wrote.
+// Merge returns res with the rendered objects in it (a new Resources; res is not changed,
+// its objects are shared). Origins name each rendered object's TenantGateway or
+// DatabaseExposure, so translate's errors point at the file a user wrote.
+//
+// A cluster holds the objects a controller applied from earlier renders: an object of res
+// that a TenantGateway or DatabaseExposure controls (its controller ownerRef) gives way to
+// the rendered one of the same kind and name, and is left out when its owner was rendered
+// anew without it or exists no more (an exposure deleted before the garbage collector
+// removed its route). An owner that kept its previous objects (bad input) keeps those of
+// res too: after a restart they are what serves.
 func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 	out := *res
-	out.Gateways = append(slices.Clip(res.Gateways), r.Gateways...)
-	out.ListenerSets = append(slices.Clip(res.ListenerSets), r.ListenerSets...)
-	out.HTTPRoutes = append(slices.Clip(res.HTTPRoutes), r.HTTPRoutes...)
-	out.TLSRoutes = append(slices.Clip(res.TLSRoutes), r.TLSRoutes...)
-	out.TCPRoutes = append(slices.Clip(res.TCPRoutes), r.TCPRoutes...)
-	out.AccessPolicies = append(slices.Clip(res.AccessPolicies), r.AccessPolicies...)
+	owners := r.owners()
+	out.Gateways = mergeKind(res.Gateways, r.Gateways, owners)
+	out.ListenerSets = mergeKind(res.ListenerSets, r.ListenerSets, owners)
+	out.HTTPRoutes = mergeKind(res.HTTPRoutes, r.HTTPRoutes, owners)
+	out.TLSRoutes = mergeKind(res.TLSRoutes, r.TLSRoutes, owners)
+	out.TCPRoutes = mergeKind(res.TCPRoutes, r.TCPRoutes, owners)
+	out.AccessPolicies = mergeKind(res.AccessPolicies, r.AccessPolicies, owners)
 	if len(r.Secrets) > 0 {
 		kept := map[[2]string]*corev1.Secret{}
 		for _, s := range r.Secrets {
@@ -220,6 +228,73 @@ func (r *Result) Merge(res *resources.Resources) *resources.Resources {
 	return &out
 }
 
+// ownerState is what a render says of a TenantGateway or DatabaseExposure: rendered anew
+// (its objects are exactly the render's), or kept (its previous objects stay).
+type ownerState int
+
+const (
+	ownerKept ownerState = iota + 1
+	ownerFresh
+)
+
+// owners are the TenantGateways and DatabaseExposures of r by kind, namespace and name.
+func (r *Result) owners() map[[3]string]ownerState {
+	m := make(map[[3]string]ownerState, len(r.Tenants)+len(r.Exposures))
+	state := func(fresh bool) ownerState {
+		if fresh {
+			return ownerFresh
+		}
+		return ownerKept
+	}
+	for _, t := range r.Tenants {
+		m[[3]string{"TenantGateway", t.Namespace, t.Name}] = state(t.Rendered)
+	}
+	for _, x := range r.Exposures {
+		m[[3]string{"DatabaseExposure", x.Namespace, x.Name}] = state(x.Rendered)
+	}
+	return m
+}
+
+// mergeKind is in's objects, less those rendered ones replace or whose owner dropped them,
+// then rendered (Merge). A rendered object the input holds already, as the controller
+// applied it (sameRendered), is the input's copy instead.
+func mergeKind[T interface {
+	*E
+	metav1.Object
+}, E any](in, rendered []T, owners map[[3]string]ownerState) []T {
+	if len(rendered) == 0 && len(in) == 0 {
+		return in
+	}
+	byKey := make(map[nsName]T, len(rendered))
+	for _, o := range rendered {
+		byKey[keyOf(o)] = o
+	}
+	out := make([]T, 0, len(in)+len(rendered))
+	applied := map[nsName]T{}
+	for _, o := range in {
+		if r, ok := byKey[keyOf(o)]; ok {
+			if sameRendered(o, r) {
+				applied[keyOf(o)] = o
+			}
+			continue
+		}
+		if ref := metav1.GetControllerOf(o); ref != nil && strings.HasPrefix(ref.APIVersion, v1alpha1.GroupName+"/") &&
+			(ref.Kind == "TenantGateway" || ref.Kind == "DatabaseExposure") {
+			if owners[[3]string{ref.Kind, o.GetNamespace(), ref.Name}] != ownerKept {
+				continue // rendered anew without it, or gone
+			}
+		}
+		out = append(out, o)
+	}
+	for _, r := range rendered {
+		if a, ok := applied[keyOf(r)]; ok {
+			r = a
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // SameObjects reports whether r rendered the very same objects as o (the same pointers:
 // Render hands back Previous's objects for everything rendered as before), so that what
 // translate and the data plane see of r is what they saw of o: only status differs.
@@ -241,10 +316,7 @@ func Render(in *resources.Resources, opts Options) *Result {
 	if opts.NoCertManagerReason == "" {
 		opts.NoCertManagerReason = v1alpha1.ReasonCertificatesNeedCluster
 	}
-	r := &renderer{in: in, opts: opts, out: &Result{}, namespaces: map[string]*corev1.Namespace{}}
-	for _, ns := range in.Namespaces {
-		r.namespaces[ns.Name] = ns
-	}
+	r := &renderer{in: in, opts: opts, out: &Result{}, idx: newIndex(in, opts), certNames: map[nsName][]string{}}
 	tgws := slices.Clone(in.TenantGateways)
 	// At most one TenantGateway per namespace: the oldest wins, then the name.
 	slices.SortFunc(tgws, func(a, b *v1alpha1.TenantGateway) int {
@@ -264,6 +336,7 @@ func Render(in *resources.Resources, opts Options) *Result {
 		r.tenant(winner[ns])
 	}
 	r.sharedBudgets()
+	r.out.CertificateNames = r.certificateNames()
 	slices.SortFunc(r.out.Tenants, func(a, b Tenant) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
@@ -276,31 +349,28 @@ func Render(in *resources.Resources, opts Options) *Result {
 	for i := range r.out.Exposures {
 		sortConditions(r.out.Exposures[i].Status.Conditions)
 	}
-	if p := opts.Previous; p != nil {
-		// An object rendered the same as last time is the same pointer: the contract of
-		// package resources, on which translate's memo relies.
-		r.out.Gateways = reuse(r.out.Gateways, p.Gateways)
-		r.out.ListenerSets = reuse(r.out.ListenerSets, p.ListenerSets)
-		r.out.HTTPRoutes = reuse(r.out.HTTPRoutes, p.HTTPRoutes)
-		r.out.TLSRoutes = reuse(r.out.TLSRoutes, p.TLSRoutes)
-		r.out.TCPRoutes = reuse(r.out.TCPRoutes, p.TCPRoutes)
-		r.out.AccessPolicies = reuse(r.out.AccessPolicies, p.AccessPolicies)
-		r.out.Issuers = reuse(r.out.Issuers, p.Issuers)
-		r.out.Certificates = reuse(r.out.Certificates, p.Certificates)
+	// An object rendered the same as last time is the same pointer: the contract of package
+	// resources, on which translate's memo relies. A new one is stamped (AnnotationRendered).
+	p := opts.Previous
+	if p == nil {
+		p = &Result{}
+	}
+	r.out.Gateways = reuse(r.out.Gateways, p.Gateways)
+	r.out.ListenerSets = reuse(r.out.ListenerSets, p.ListenerSets)
+	r.out.HTTPRoutes = reuse(r.out.HTTPRoutes, p.HTTPRoutes)
+	r.out.TLSRoutes = reuse(r.out.TLSRoutes, p.TLSRoutes)
+	r.out.TCPRoutes = reuse(r.out.TCPRoutes, p.TCPRoutes)
+	r.out.AccessPolicies = reuse(r.out.AccessPolicies, p.AccessPolicies)
+	r.out.Issuers = reuse(r.out.Issuers, p.Issuers)
+	r.out.Certificates = reuse(r.out.Certificates, p.Certificates)
+	if opts.Previous != nil {
+		gws, sets := byName(r.out.Gateways), byName(r.out.ListenerSets)
 		for i := range r.out.Tenants {
-			if g := r.out.Tenants[i].gw; g != nil {
-				for _, pg := range r.out.Gateways {
-					if pg.Namespace == g.Namespace && pg.Name == g.Name {
-						r.out.Tenants[i].gw = pg
-					}
-				}
+			if g := r.out.Tenants[i].gw; g != nil && gws[keyOf(g)] != nil {
+				r.out.Tenants[i].gw = gws[keyOf(g)]
 			}
-			if ls := r.out.Tenants[i].set; ls != nil {
-				for _, ps := range r.out.ListenerSets {
-					if ps.Namespace == ls.Namespace && ps.Name == ls.Name {
-						r.out.Tenants[i].set = ps
-					}
-				}
+			if ls := r.out.Tenants[i].set; ls != nil && sets[keyOf(ls)] != nil {
+				r.out.Tenants[i].set = sets[keyOf(ls)]
 			}
 		}
 	}
@@ -308,10 +378,13 @@ func Render(in *resources.Resources, opts Options) *Result {
 }
 
 type renderer struct {
-	in         *resources.Resources
-	opts       Options
-	out        *Result
-	namespaces map[string]*corev1.Namespace
+	in   *resources.Resources
+	opts Options
+	out  *Result
+	idx  *index
+	// certNames are the hostnames each cert-manager Certificate must carry
+	// (Result.CertificateNames), gathered as exposures are rendered.
+	certNames map[nsName][]string
 	// exposures are the accepted-so-far DatabaseExposures of each TenantGateway
 	// (namespace, name), defaulted.
 	exposures map[[2]string][]exposureInput
@@ -426,7 +499,7 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	r.out.TCPRoutes = append(r.out.TCPRoutes, b.tcpRoutes...)
 	r.out.AccessPolicies = append(r.out.AccessPolicies, b.access...)
 	r.out.Exposures = append(r.out.Exposures, b.exposureStatus...)
-	r.out.CertificateNames = mergeCertificateNames(r.out.CertificateNames, b.certNames)
+	r.addCertificateNames(b.certNames)
 	r.out.Issuers = append(r.out.Issuers, b.issuers...)
 	r.out.Certificates = append(r.out.Certificates, b.certs...)
 	r.out.Tenants = append(r.out.Tenants, *st)
@@ -439,40 +512,41 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 // translate refuses the youngest sets, the budget is NearLimit. Counting is all render does:
 // translate decides which sets the Gateway takes.
 func (r *renderer) sharedBudgets() {
-	type key struct{ ns, name string }
-	rendered := map[key]bool{}
+	// The sets on each Gateway: those rendered now, and the input's others.
+	rendered := byName(r.out.ListenerSets)
+	on := map[nsName][]*gwv1.ListenerSet{}
 	for _, ls := range r.out.ListenerSets {
-		rendered[key{ls.Namespace, ls.Name}] = true
+		on[parentOf(ls)] = append(on[parentOf(ls)], ls)
 	}
-	sets := slices.Clone(r.out.ListenerSets)
 	for _, ls := range r.in.ListenerSets {
-		if !rendered[key{ls.Namespace, ls.Name}] {
-			sets = append(sets, ls)
+		if rendered[keyOf(ls)] == nil {
+			on[parentOf(ls)] = append(on[parentOf(ls)], ls)
 		}
 	}
+	type tally struct{ total, count int }
+	tallies := map[nsName]tally{}
 	for i := range r.out.Tenants {
 		tn := &r.out.Tenants[i]
 		if tn.set == nil {
 			continue
 		}
 		c := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionListenerBudget)
-		ref := tn.set.Spec.ParentRef
-		var gw *gwv1.Gateway
-		for _, g := range r.in.Gateways {
-			if g.Name == string(ref.Name) && translate.IsParent(tn.set, g) {
-				gw = g
-			}
-		}
-		if c == nil || gw == nil {
+		gw := r.idx.gateways[parentOf(tn.set)]
+		if c == nil || gw == nil || !translate.IsParent(tn.set, gw) {
 			continue
 		}
-		total, count := len(gw.Spec.Listeners), 0
-		for _, ls := range sets {
-			if translate.IsParent(ls, gw) {
-				total += len(ls.Spec.Listeners)
-				count++
+		tl, ok := tallies[keyOf(gw)]
+		if !ok {
+			tl.total = len(gw.Spec.Listeners)
+			for _, ls := range on[keyOf(gw)] {
+				if translate.IsParent(ls, gw) {
+					tl.total += len(ls.Spec.Listeners)
+					tl.count++
+				}
 			}
+			tallies[keyOf(gw)] = tl
 		}
+		total, count := tl.total, tl.count
 		next := *c
 		next.Message += fmt.Sprintf("; the shared Gateway %s/%s has %d with its %d ListenerSets", gw.Namespace, gw.Name, total, count)
 		if v, err := strconv.Atoi(strings.TrimSpace(gw.Annotations[translate.MaxListenersAnnotation])); err == nil && v > 0 {
@@ -555,20 +629,14 @@ func (r *renderer) previous(t *v1alpha1.TenantGateway, st *Tenant) {
 
 // nameInUse names an object at a rendered name that t does not own, or "".
 func (r *renderer) nameInUse(t *v1alpha1.TenantGateway) string {
-	for _, g := range r.in.Gateways {
-		if g.Namespace == t.Namespace && g.Name == t.Name && !ownedBy(g, t) {
-			return fmt.Sprintf("Gateway %s/%s exists and is not this TenantGateway's: rename one of them", g.Namespace, g.Name)
-		}
+	if g := r.idx.gateways[keyOf(t)]; g != nil && !ownedBy(g, t) {
+		return fmt.Sprintf("Gateway %s/%s exists and is not this TenantGateway's: rename one of them", g.Namespace, g.Name)
 	}
-	for _, ls := range r.in.ListenerSets {
-		if ls.Namespace == t.Namespace && ls.Name == t.Name && !ownedBy(ls, t) {
-			return fmt.Sprintf("ListenerSet %s/%s exists and is not this TenantGateway's: rename one of them", ls.Namespace, ls.Name)
-		}
+	if ls := r.idx.listenerSets[keyOf(t)]; ls != nil && !ownedBy(ls, t) {
+		return fmt.Sprintf("ListenerSet %s/%s exists and is not this TenantGateway's: rename one of them", ls.Namespace, ls.Name)
 	}
-	for _, h := range r.in.HTTPRoutes {
-		if h.Namespace == t.Namespace && h.Name == redirectName(t) && !ownedBy(h, t) {
-			return fmt.Sprintf("HTTPRoute %s/%s exists and is not this TenantGateway's: rename one of them", h.Namespace, h.Name)
-		}
+	if h := r.idx.httpRoutes[nsName{t.Namespace, redirectName(t)}]; h != nil && !ownedBy(h, t) {
+		return fmt.Sprintf("HTTPRoute %s/%s exists and is not this TenantGateway's: rename one of them", h.Namespace, h.Name)
 	}
 	return ""
 }
@@ -578,17 +646,13 @@ func (r *renderer) nameInUse(t *v1alpha1.TenantGateway) string {
 // so this runs after the build, not with nameInUse.
 func (r *renderer) certificateNameInUse(t *v1alpha1.TenantGateway, b *build) string {
 	for _, want := range b.issuers {
-		for _, i := range r.opts.Issuers {
-			if i.Namespace == want.Namespace && i.Name == want.Name && !ownedBy(i, t) {
-				return fmt.Sprintf("Issuer %s/%s exists and is not this TenantGateway's: rename it, or name it in spec.certificates.issuerRef", i.Namespace, i.Name)
-			}
+		if i := r.idx.issuers[keyOf(want)]; i != nil && !ownedBy(i, t) {
+			return fmt.Sprintf("Issuer %s/%s exists and is not this TenantGateway's: rename it, or name it in spec.certificates.issuerRef", i.Namespace, i.Name)
 		}
 	}
 	for _, want := range b.certs {
-		for _, c := range r.opts.Certificates {
-			if c.Namespace == want.Namespace && c.Name == want.Name && !ownedBy(c, t) {
-				return fmt.Sprintf("Certificate %s/%s exists and is not this TenantGateway's: rename one of them", c.Namespace, c.Name)
-			}
+		if c := r.idx.certificates[keyOf(want)]; c != nil && !ownedBy(c, t) {
+			return fmt.Sprintf("Certificate %s/%s exists and is not this TenantGateway's: rename one of them", c.Namespace, c.Name)
 		}
 	}
 	return ""
@@ -602,7 +666,7 @@ func ownedBy(o metav1.Object, t *v1alpha1.TenantGateway) bool {
 
 // secretExists reports whether Secret ns/name is in the input.
 func (r *renderer) secretExists(ns, name string) bool {
-	return slices.ContainsFunc(r.in.Secrets, func(s *corev1.Secret) bool { return s.Namespace == ns && s.Name == name })
+	return r.idx.secrets[nsName{ns, name}] != nil
 }
 
 // wildcardSecret returns the existingSecret mode's Secret, or why it cannot serve.
@@ -619,10 +683,7 @@ func (r *renderer) wildcardSecret(t *v1alpha1.TenantGateway) (secret *corev1.Sec
 			"spec.certificates.wildcardSecretRef: Secret %s/%s is in another namespace and no ReferenceGrant in %s allows Gateways from %s to reference it: the HTTPS listeners serve nothing",
 			ns, name, ns, t.Namespace)
 	}
-	for _, s := range r.in.Secrets {
-		if s.Namespace != ns || s.Name != name {
-			continue
-		}
+	if s := r.idx.secrets[nsName{ns, name}]; s != nil {
 		if s.Type != corev1.SecretTypeTLS || len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
 			return nil, v1alpha1.ReasonInvalidSecret, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s is type %q; want %s with %s and %s",
 				ns, name, s.Type, corev1.SecretTypeTLS, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
@@ -652,8 +713,8 @@ type child struct{ namespace, apex string }
 func (r *renderer) tree(t *v1alpha1.TenantGateway) tree {
 	seen := map[string]bool{t.Namespace: true}
 	var tr tree
-	for _, ns := range r.in.Namespaces {
-		if ns.Name == t.Namespace || ns.Labels[LabelGateway] != t.Namespace {
+	for _, ns := range r.idx.labelled[t.Namespace] {
+		if ns.Name == t.Namespace {
 			continue
 		}
 		seen[ns.Name] = true
@@ -734,16 +795,27 @@ func sortConditions(c []metav1.Condition) {
 }
 
 // reuse replaces each object of objs equal to one of prev (same namespace and name, equal
-// content) by that one.
+// content) by that one, and stamps the others (AnnotationRendered). An object kept from
+// prev (a TenantGateway that renders nothing new) is prev's already.
 func reuse[T metav1.Object](objs, prev []T) []T {
 	byKey := make(map[[2]string]T, len(prev))
 	for _, p := range prev {
 		byKey[[2]string{p.GetNamespace(), p.GetName()}] = p
 	}
 	for i, o := range objs {
-		if p, ok := byKey[[2]string{o.GetNamespace(), o.GetName()}]; ok && equality.Semantic.DeepEqual(o, p) {
-			objs[i] = p
+		p, ok := byKey[[2]string{o.GetNamespace(), o.GetName()}]
+		if ok && any(p) == any(o) {
+			continue
 		}
+		if ok && p.GetAnnotations()[AnnotationRendered] != "" {
+			// Compared stamp and all: o is this render's own, free to change.
+			setAnnotation(o, AnnotationRendered, p.GetAnnotations()[AnnotationRendered])
+			if equality.Semantic.DeepEqual(o, p) {
+				objs[i] = p
+				continue
+			}
+		}
+		stamp(o)
 	}
 	return objs
 }

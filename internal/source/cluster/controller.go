@@ -158,11 +158,25 @@ type Controller struct {
 	tenants *tenantApplier
 	// interned keeps the objects of the last load (reconciles run one at a time).
 	interned *interner
-	// stale says that a kind translate reads changed since the last translation that
-	// ended (applied, or rejected as a whole): a change of the render's inputs alone (a new
-	// DatabaseExposure, before its route is applied) leaves the routing table as it is, and
-	// is handed to the tenant applier without translating anything.
+	// stale says that a kind translate reads changed since the pipeline's last run that
+	// ended (applied, or rejected as a whole). Without a render (no TenantGateway CRD, or a
+	// read-only data plane) the render's inputs do not count: what changed of them alone is
+	// shown in State without translating anything. With one, every reconcile runs the
+	// pipeline: the render reads more than the kinds (cert-manager's objects, the probes'
+	// verdicts), and the pipeline itself tells a change of the routing table from one of
+	// statuses alone.
 	stale bool
+	// verdicts wakes the reconciler when a certificate probe's verdict changed: the
+	// statuses are rendered again.
+	verdicts chan event.GenericEvent
+}
+
+// verdictChanged is the certificate probes' OnChange: a reconcile renders again.
+func (c *Controller) verdictChanged() {
+	select {
+	case c.verdicts <- event.GenericEvent{Object: &v1alpha1.DatabaseExposure{}}:
+	default:
+	}
 }
 
 // Scheme returns the types the controller reads and writes.
@@ -278,9 +292,6 @@ func New(cfg Config) (*Controller, error) {
 		}
 		pc.Publish = c.writer.Publish
 	}
-	if c.pipe, err = pipeline.New(pc); err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
 	if p := cfg.Provision; p != nil {
 		o := *p
 		o.ControllerName = cfg.ControllerName
@@ -342,7 +353,17 @@ func New(cfg Config) (*Controller, error) {
 			return nil, fmt.Errorf("cluster: looking up cert-manager's Certificate: %w", err)
 		}
 		certManager := err == nil
-		c.tenants = newTenantApplier(mgr.GetClient(), certManager, cfg.Metrics, cfg.Logger.With("component", "tenants"))
+		c.verdicts = make(chan event.GenericEvent, 1)
+		c.tenants = newTenantApplier(mgr.GetClient(), certManager, cfg.Metrics, cfg.Logger.With("component", "tenants"), c.verdictChanged)
+		b = b.WatchesRawSource(source.Channel(c.verdicts, all))
+		// The controller renders the TenantGateways itself and serves what they render
+		// (pipeline.Config.Render); the tenant applier applies the same render.
+		pc.Render, pc.Cluster = true, true
+		pc.RenderInputs = func(o *render.Options) {
+			if err := c.tenants.renderInputs(context.Background(), o); err != nil {
+				c.log.Warn("reading cert-manager's objects for the render", "error", err)
+			}
+		}
 		c.tenants.events = mgr.GetEventRecorder("snigate")
 		if slices.ContainsFunc(c.kinds, func(k *resources.Kind) bool { return k.Name == "TrustAnchor" }) {
 			// A TrustAnchor's Role and RoleBinding are watched: one deleted or edited by hand
@@ -401,6 +422,12 @@ func New(cfg Config) (*Controller, error) {
 		}
 		b = b.WatchesRawSource(source.Channel(c.recovery.kick, all))
 	}
+	if c.local != nil {
+		pc.Prepare = c.local.assign
+	}
+	if c.pipe, err = pipeline.New(pc); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	c.interned = newInterner(len(c.kinds))
 	if err := b.Complete(reconcile.Func(c.reconcile)); err != nil {
 		return nil, fmt.Errorf("cluster: controller: %w", err)
@@ -431,11 +458,9 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	c.stale = c.stale || translated
+	render := c.tenants != nil
+	c.stale = c.stale || translated || render
 	if c.stale {
-		if c.local != nil {
-			res = c.local.assign(res)
-		}
 		err = c.pipe.Run(res)
 		var invalid *pipeline.InputError
 		switch {
@@ -452,15 +477,15 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	} else {
 		c.pipe.TenantObjects(res)
 	}
-	if c.tenants != nil {
-		c.tenants.Publish(res, c.pipe.Status())
+	if rendered := c.pipe.Rendered(); render && rendered != nil {
+		c.tenants.Publish(res, rendered, c.pipe.Status())
 	}
 	return reconcile.Result{}, nil
 }
 
 // load lists every kind from the informer cache, or from the API server itself while the
 // recovery watchdog says the cache may lag behind (recovery.go), and says whether a kind
-// translate reads (all but the render's inputs) changed since the last load.
+// translate reads changed since the last load.
 func (c *Controller) load(ctx context.Context) (*resources.Resources, bool, error) {
 	var cl client.Reader = c.mgr.GetClient()
 	direct := c.recovery != nil && c.recovery.direct()

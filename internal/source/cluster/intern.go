@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"cmp"
+	"slices"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/snigate/snigate/internal/resources"
@@ -25,9 +28,11 @@ func newInterner(kinds int) *interner {
 }
 
 // intern returns objs (kind i's, as listed) with each unchanged object replaced by the one
-// the last load returned, and whether any object of the kind came, went or changed since,
-// as translate reads it (resources.SameSpec: for a kind whose status snigate writes, a
-// status write is no change).
+// the last load returned, in namespace/name order, and whether any object of the kind came,
+// went or changed since, as translate reads it (resources.SameSpec: for a kind whose status
+// snigate writes, a status write is no change). The informer cache lists in no particular
+// order, and the pure stages remember their work by the objects of each kind in order: listed
+// as they come, every load looked like a change of every kind.
 func (in *interner) intern(i int, objs []resources.Object, ownStatus bool) ([]resources.Object, bool) {
 	prev := in.kinds[i]
 	next := make(map[types.NamespacedName]resources.Object, len(objs))
@@ -44,5 +49,8 @@ func (in *interner) intern(i int, objs []resources.Object, ownStatus bool) ([]re
 		next[key] = out[j]
 	}
 	in.kinds[i] = next
+	slices.SortFunc(out, func(a, b resources.Object) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	})
 	return out, changed
 }

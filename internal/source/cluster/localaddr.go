@@ -27,13 +27,17 @@ type localAddresses struct {
 	prefix netip.Prefix
 	byGW   map[types.NamespacedName]netip.Addr
 	used   map[netip.Addr]bool
+	// copies are the last copies handed out, by the Gateway they were made of: the same
+	// Gateway at the same address gets the very same copy (translate's memo keys on it).
+	copies map[*gwv1.Gateway]*gwv1.Gateway
 }
 
 func newLocalAddresses(p netip.Prefix) (*localAddresses, error) {
 	if !p.IsValid() || p.Bits() > p.Addr().BitLen()-2 {
 		return nil, fmt.Errorf("cluster: LocalAddresses %s: want a prefix with room for addresses", p)
 	}
-	return &localAddresses{prefix: p.Masked(), byGW: map[types.NamespacedName]netip.Addr{}, used: map[netip.Addr]bool{}}, nil
+	return &localAddresses{prefix: p.Masked(), byGW: map[types.NamespacedName]netip.Addr{}, used: map[netip.Addr]bool{},
+		copies: map[*gwv1.Gateway]*gwv1.Gateway{}}, nil
 }
 
 // assign returns res with each Gateway that has no spec.addresses replaced by a copy that
@@ -80,16 +84,22 @@ func (l *localAddresses) assign(res *resources.Resources) *resources.Resources {
 	}
 	out := *res
 	out.Gateways = make([]*gwv1.Gateway, len(res.Gateways))
+	copies := make(map[*gwv1.Gateway]*gwv1.Gateway, len(l.copies))
 	for i, g := range res.Gateways {
 		out.Gateways[i] = g
 		a, ok := l.byGW[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}]
 		if !ok || !wantsAddress(g) {
 			continue
 		}
-		c := g.DeepCopy()
-		c.Spec.Addresses = []gwv1.GatewaySpecAddress{{Type: ptr.To(gwv1.IPAddressType), Value: a.String()}}
+		c := l.copies[g]
+		if c == nil || c.Spec.Addresses[0].Value != a.String() {
+			c = g.DeepCopy()
+			c.Spec.Addresses = []gwv1.GatewaySpecAddress{{Type: ptr.To(gwv1.IPAddressType), Value: a.String()}}
+		}
+		copies[g] = c
 		out.Gateways[i] = c
 	}
+	l.copies = copies
 	return &out
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,9 @@ func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
 		}))
 	}
 	for _, st := range s.Gateways {
+		if fromRender(st.Status.Conditions) {
+			continue
+		}
 		errs = append(errs, w.ensure("Gateway", st.Namespace, st.Name, st.Status, func() error {
 			return writeOne(ctx, w, &gwv1.Gateway{}, st.Namespace, st.Name, func(o *gwv1.Gateway) bool {
 				return w.set(&o.Status, mergeGatewayStatus(&o.Status, &st.Status))
@@ -116,6 +120,9 @@ func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
 		}))
 	}
 	for _, st := range s.ListenerSets {
+		if fromRender(st.Status.Conditions) {
+			continue
+		}
 		errs = append(errs, w.ensure("ListenerSet", st.Namespace, st.Name, st.Status, func() error {
 			return writeOne(ctx, w, &gwv1.ListenerSet{}, st.Namespace, st.Name, func(o *gwv1.ListenerSet) bool {
 				return w.set(&o.Status, mergeListenerSetStatus(&o.Status, &st.Status))
@@ -125,6 +132,9 @@ func (w *statusWriter) write(ctx context.Context, s *translate.Status) error {
 	for _, pk := range s.Policies() {
 		kind := resources.KindOf(v1alpha1.GroupName, pk.Kind)
 		for _, st := range pk.List {
+			if slices.ContainsFunc(st.Status.Ancestors, func(a gwv1.PolicyAncestorStatus) bool { return fromRender(a.Conditions) }) {
+				continue
+			}
 			errs = append(errs, w.ensure(pk.Kind, st.Namespace, st.Name, st.Status, func() error {
 				return writeOne(ctx, w, kind.New(), st.Namespace, st.Name, func(o resources.Object) bool {
 					ps := o.(v1alpha1.Policy).PolicyStatus()
@@ -264,6 +274,9 @@ func writeRoutes[L client.ObjectList, R client.Object, S any](ctx context.Contex
 		if d == nil && !hasOurs(routeStatus(r), w.controllerName) {
 			continue // never ours: skip the read-modify-write
 		}
+		if d != nil && slices.ContainsFunc(d.Parents, func(p gwv1.RouteParentStatus) bool { return fromRender(p.Conditions) }) {
+			continue
+		}
 		kind := r.GetObjectKind().GroupVersionKind().Kind
 		if kind == "" {
 			kind = fmt.Sprintf("%T", r)
@@ -293,6 +306,15 @@ func hasOurs(s *gwv1.RouteStatus, ctrl gwv1.GatewayController) bool {
 		}
 	}
 	return false
+}
+
+// fromRender reports whether conditions were computed from an object the controller
+// rendered and the API server does not hold yet as rendered (its generation 0: every object
+// of an API server has 1 or more): the object the status would be written to is another
+// (older, or not yet created), and its status waits for its own translation
+// (render.AnnotationRendered).
+func fromRender(conditions []metav1.Condition) bool {
+	return slices.ContainsFunc(conditions, func(c metav1.Condition) bool { return c.ObservedGeneration == 0 })
 }
 
 // mergeConditions returns want with each condition's lastTransitionTime taken from cur when

@@ -62,7 +62,6 @@ type tenantApplier struct {
 
 	latest[tenantInput]
 
-	previous *render.Result // the last render applied without error (applier goroutine only)
 	// anchors is the last TrustAnchor projection applied without error.
 	anchors *trustanchor.Result
 	// probes probes the DatabaseExposures' backend certificates (leader only, like the
@@ -78,8 +77,9 @@ type tenantApplier struct {
 }
 
 type tenantInput struct {
-	res    *resources.Resources
-	status *translate.Status
+	res      *resources.Resources
+	rendered *render.Result // the controller's render of res, completed with status
+	status   *translate.Status
 }
 
 var (
@@ -87,9 +87,11 @@ var (
 	_ manager.LeaderElectionRunnable = (*tenantApplier)(nil)
 )
 
-func newTenantApplier(cl client.Client, certManager bool, m *metrics.Metrics, log *slog.Logger) *tenantApplier {
+// newTenantApplier returns the applier; verdict is called when a certificate probe's verdict
+// changes (the controller renders again).
+func newTenantApplier(cl client.Client, certManager bool, m *metrics.Metrics, log *slog.Logger, verdict func()) *tenantApplier {
 	a := &tenantApplier{cl: cl, certManager: certManager, log: log, latest: newLatest[tenantInput](), applied: newApplied()}
-	po := probe.RunnerOptions{OnChange: a.again}
+	po := probe.RunnerOptions{OnChange: verdict}
 	if m != nil {
 		po.Expiry, po.Probes = m.BackendCertificateExpiry, m.CertificateProbes
 	}
@@ -100,9 +102,35 @@ func newTenantApplier(cl client.Client, certManager bool, m *metrics.Metrics, lo
 // NeedLeaderElection makes the manager start the applier only on the elected replica.
 func (a *tenantApplier) NeedLeaderElection() bool { return true }
 
-// Publish replaces the view to render; only the latest one is ever applied.
-func (a *tenantApplier) Publish(res *resources.Resources, st *translate.Status) {
-	a.publish(&tenantInput{res: res, status: st})
+// Publish replaces what to apply: the view of the cluster, its render (completed with st);
+// only the latest one is ever applied.
+func (a *tenantApplier) Publish(res *resources.Resources, rendered *render.Result, st *translate.Status) {
+	a.publish(&tenantInput{res: res, rendered: rendered, status: st})
+}
+
+// renderInputs is what the controller's render reads besides the resources: cert-manager's
+// Issuers and Certificates (from the cache: a name they hold is never taken over) and the
+// certificate probes' verdicts (none on a replica that is not the leader: it writes no
+// status).
+func (a *tenantApplier) renderInputs(ctx context.Context, o *render.Options) error {
+	o.CertManager = a.certManager
+	o.Probes = render.Verdicts(a.probes.Results())
+	if !a.certManager {
+		o.NoCertManagerReason = v1alpha1.ReasonCertManagerNotInstalled
+		return nil
+	}
+	// Read only, without copies.
+	var issuers cmv1.IssuerList
+	var certs cmv1.CertificateList
+	if err := a.cl.List(ctx, &issuers, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing Issuers: %w", err)
+	}
+	if err := a.cl.List(ctx, &certs, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing Certificates: %w", err)
+	}
+	o.Issuers = ptrs(issuers.Items)
+	o.Certificates = ptrs(certs.Items)
+	return nil
 }
 
 // Start applies the latest view whenever it changes until ctx is done; a failed pass is
@@ -113,32 +141,10 @@ func (a *tenantApplier) Start(ctx context.Context) error {
 	return a.run(ctx, time.Second, a.log, "applying what the TenantGateways render", a.apply)
 }
 
-// apply renders in and makes the cluster match.
+// apply makes the cluster match in's render.
 func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
-	opts := render.Options{CertManager: a.certManager, Previous: a.previous, Probes: render.Verdicts(a.probes.Results())}
-	if !a.certManager {
-		opts.NoCertManagerReason = v1alpha1.ReasonCertManagerNotInstalled
-	} else {
-		// What exists of cert-manager's, so that render never takes over a name it does
-		// not own (the cache: the applier watches both kinds).
-		var issuers cmv1.IssuerList
-		var certs cmv1.CertificateList
-		if err := a.cl.List(ctx, &issuers); err != nil {
-			return fmt.Errorf("listing Issuers: %w", err)
-		}
-		if err := a.cl.List(ctx, &certs); err != nil {
-			return fmt.Errorf("listing Certificates: %w", err)
-		}
-		for i := range issuers.Items {
-			opts.Issuers = append(opts.Issuers, &issuers.Items[i])
-		}
-		for i := range certs.Items {
-			opts.Certificates = append(opts.Certificates, &certs.Items[i])
-		}
-	}
-	out := render.Render(in.res, opts)
-	render.Complete(out, in.status, nil)
-	anchors, err := a.renderAnchors(ctx, in.res)
+	out := in.rendered
+	anchors, err := a.renderAnchors(ctx, in.res, out)
 	if err != nil {
 		return err
 	}
@@ -152,7 +158,6 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 		return err
 	}
 	var parents, rest []client.Object
-	created := map[types.NamespacedName]bool{} // the exposures whose first route this pass creates
 	for _, o := range objs {
 		key := keyOf(o)
 		want[key] = true
@@ -162,24 +167,13 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 		switch key.kind {
 		case "Gateway", "ListenerSet":
 			parents = append(parents, o)
-		case "TLSRoute", "TCPRoute":
-			if _, exists := lv[key]; !exists {
-				if x := o.GetLabels()[render.LabelDatabaseExposure]; x != "" {
-					created[types.NamespacedName{Namespace: o.GetNamespace(), Name: x}] = true
-				}
-			}
-			rest = append(rest, o)
 		default:
 			rest = append(rest, o)
 		}
 	}
 	// The Gateways and ListenerSets first, so that no route is seen without its parent.
 	errs = append(errs, a.applyAll(ctx, parents)...)
-	applyErrs := a.applyAll(ctx, rest)
-	errs = append(errs, applyErrs...)
-	if len(applyErrs) > 0 {
-		clear(created) // which failed is not known: every status says it now
-	}
+	errs = append(errs, a.applyAll(ctx, rest)...)
 	a.applied.forget(want)
 	if len(errs) == 0 {
 		errs = append(errs, a.deleteStale(ctx, out, want)...)
@@ -188,11 +182,11 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	if a.certManager {
 		errs = append(errs, a.certificateNames(ctx, out.CertificateNames)...)
 	}
-	errs = append(errs, a.writeStatus(ctx, in.res, out, created)...)
+	errs = append(errs, a.writeStatus(ctx, in.res, out)...)
 	errs = append(errs, a.writeAnchorStatus(ctx, in.res, anchors)...)
 	a.applied.forgetStatus(tenantUIDs(in.res))
 	if len(errs) == 0 {
-		a.previous, a.anchors = out, anchors
+		a.anchors = anchors
 	}
 	a.probes.Set(render.ProbeTargets(in.res, out, anchors.Bundles()))
 	return errors.Join(errs...)
@@ -200,7 +194,7 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 
 // renderAnchors renders the TrustAnchors (package trustanchor) against the Roles and
 // RoleBindings that carry its label (the cache: they are watched).
-func (a *tenantApplier) renderAnchors(ctx context.Context, res *resources.Resources) (*trustanchor.Result, error) {
+func (a *tenantApplier) renderAnchors(ctx context.Context, res *resources.Resources, rendered *render.Result) (*trustanchor.Result, error) {
 	if len(res.TrustAnchors) == 0 && a.anchors == nil {
 		return &trustanchor.Result{}, nil
 	}
@@ -219,7 +213,7 @@ func (a *tenantApplier) renderAnchors(ctx context.Context, res *resources.Resour
 	for i := range bindings.Items {
 		in.RoleBindings = append(in.RoleBindings, &bindings.Items[i])
 	}
-	return trustanchor.Render(in, trustanchor.Options{Previous: a.anchors, InUse: a.inUse()}), nil
+	return trustanchor.Render(in, trustanchor.Options{Previous: a.anchors, InUse: a.inUse(rendered)}), nil
 }
 
 // anchorObjects lists what a TrustAnchor projection holds for the API server.
@@ -272,11 +266,11 @@ func (a *tenantApplier) deleteStaleAnchorObjects(ctx context.Context, want map[o
 
 // inUse is, per TrustAnchor, the certificates its exposures' backends served at their last
 // probe (nil until the probes report).
-func (a *tenantApplier) inUse() map[types.NamespacedName][]*x509.Certificate {
-	if a.previous == nil {
+func (a *tenantApplier) inUse(rendered *render.Result) map[types.NamespacedName][]*x509.Certificate {
+	if rendered == nil {
 		return nil
 	}
-	return render.AnchorsInUse(a.previous, a.probes.Results())
+	return render.AnchorsInUse(rendered, a.probes.Results())
 }
 
 // renderedObjects lists what out holds for the API server: the Gateway API objects, and

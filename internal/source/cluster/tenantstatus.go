@@ -32,11 +32,8 @@ import (
 // a row, and the next pass, the one that applies a new exposure's route, waits for it.
 const concurrentWrites = 16
 
-// writeStatus writes each TenantGateway's and DatabaseExposure's status where it changed;
-// not yet that of the exposures whose routes this pass created. Theirs would say "not
-// programmed" until the routes' own events bring the next pass, a moment later, which writes
-// what the Gateway made of them: one write for a new exposure, not two.
-func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resources, out *render.Result, created map[types.NamespacedName]bool) []error {
+// writeStatus writes each TenantGateway's and DatabaseExposure's status where it changed.
+func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resources, out *render.Result) []error {
 	w := newBatch()
 	tenants := byKey(res.TenantGateways)
 	for _, t := range out.Tenants {
@@ -49,9 +46,6 @@ func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resource
 	}
 	exposures := byKey(res.DatabaseExposures)
 	for _, x := range out.Exposures {
-		if created[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}] {
-			continue
-		}
 		w.write(func() error {
 			_, err := updateStatus(ctx, a, "DatabaseExposure", exposures[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}],
 				func(o *v1alpha1.DatabaseExposure) *v1alpha1.DatabaseExposureStatus { return &o.Status },

@@ -1,0 +1,100 @@
+package render
+
+import (
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/resources"
+)
+
+// What Merge gives translate in a cluster, which holds the controller's applied copies of
+// earlier renders besides the objects users wrote.
+func TestMergeWithAppliedCopies(t *testing.T) {
+	res := platform(2, 2, true) // holds the routes of a first render, as applied
+	out := Render(res, Options{Now: now})
+	names := func(m *resources.Resources) []string {
+		var s []string
+		for _, r := range m.TLSRoutes {
+			s = append(s, r.Namespace+"/"+r.Name)
+		}
+		slices.Sort(s)
+		return s
+	}
+	byName := func(m *resources.Resources, ns, name string) *gwv1.TLSRoute {
+		for _, r := range m.TLSRoutes {
+			if r.Namespace == ns && r.Name == name {
+				return r
+			}
+		}
+		return nil
+	}
+
+	// Each rendered route once, and the applied copy where it is the render's.
+	m := out.Merge(res)
+	if got := names(m); !slices.Equal(got, []string{"t-0000/db-0", "t-0000/db-1", "t-0001/db-0", "t-0001/db-1"}) {
+		t.Fatalf("routes %v", got)
+	}
+	if r := byName(m, "t-0000", "db-0"); r != byName(res, "t-0000", "db-0") {
+		t.Error("the applied copy of an unchanged route was not the one translated")
+	}
+
+	// An applied copy of another render: the render's route is translated.
+	changed := *res
+	changed.TLSRoutes = slices.Clone(res.TLSRoutes)
+	for i, r := range changed.TLSRoutes {
+		if r.Namespace == "t-0000" && r.Name == "db-0" {
+			c := r.DeepCopy()
+			c.Annotations = map[string]string{AnnotationRendered: "0000000000000000"}
+			changed.TLSRoutes[i] = c
+		}
+	}
+	if r := Merge(t, out, &changed, "t-0000", "db-0"); r != byName(&resources.Resources{TLSRoutes: out.TLSRoutes}, "t-0000", "db-0") {
+		t.Error("a stale applied copy was translated in place of the render")
+	}
+
+	// An exposure deleted (its route not yet collected): the route is not translated.
+	gone := *res
+	gone.DatabaseExposures = slices.DeleteFunc(slices.Clone(res.DatabaseExposures), func(x *v1alpha1.DatabaseExposure) bool {
+		return x.Namespace == "t-0001" && x.Name == "db-1"
+	})
+	if got := names(Render(&gone, Options{Now: now, Previous: out}).Merge(&gone)); slices.Contains(got, "t-0001/db-1") {
+		t.Errorf("a deleted exposure's route is translated: %v", got)
+	}
+
+	// A TenantGateway whose new input cannot be rendered after a restart (no previous
+	// render): what the cluster holds of it keeps serving.
+	bad := *res
+	bad.TenantGateways = slices.Clone(res.TenantGateways)
+	tg := bad.TenantGateways[1].DeepCopy()
+	tg.Spec.Apex = "Not A Hostname"
+	bad.TenantGateways[1] = tg
+	got := names(Render(&bad, Options{Now: now}).Merge(&bad))
+	if !slices.Contains(got, "t-0001/db-0") || !slices.Contains(got, "t-0001/db-1") {
+		t.Errorf("the applied routes of a TenantGateway that renders nothing new are gone: %v", got)
+	}
+
+	// Objects nobody renders stay, whatever their labels.
+	mine := &gwv1.TLSRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "t-0000", Name: "hand-written",
+		Labels: map[string]string{LabelTenantGateway: "t-0000"}}}
+	own := *res
+	own.TLSRoutes = append(slices.Clone(res.TLSRoutes), mine)
+	if got := names(out.Merge(&own)); !slices.Contains(got, "t-0000/hand-written") {
+		t.Errorf("a user's route is gone: %v", got)
+	}
+}
+
+// Merge merges res into out and returns the TLSRoute ns/name translate gets.
+func Merge(t *testing.T, out *Result, res *resources.Resources, ns, name string) *gwv1.TLSRoute {
+	t.Helper()
+	for _, r := range out.Merge(res).TLSRoutes {
+		if r.Namespace == ns && r.Name == name {
+			return r
+		}
+	}
+	t.Fatalf("no TLSRoute %s/%s merged", ns, name)
+	return nil
+}
