@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -198,11 +199,26 @@ func (r *Runner) Generation() uint64 {
 func (r *Runner) Run(res *resources.Resources) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.run(res); err != nil {
+	if err := r.safeRun(res); err != nil {
 		return r.rejected(err)
 	}
 	r.cfg.Metrics.Reloads.WithLabelValues("applied").Inc()
 	return nil
+}
+
+// safeRun is run, with a panic (a bug in a stage) turned into an error: the previous
+// snapshot keeps serving, and what the stages remember is dropped, since the panic may have
+// left it half updated; the next run starts afresh.
+func (r *Runner) safeRun(res *resources.Resources) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.memo, r.gwMemo, r.rendered, r.translated = translate.Memo{}, translate.Memo{}, nil, nil
+			r.log.Error("a stage of the pipeline panicked; still serving the previous configuration",
+				"panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("internal error (a bug; please report it): %v", p)
+		}
+	}()
+	return r.run(res)
 }
 
 // Refresh runs the last input again (after the certificate probes changed a verdict): the
@@ -213,7 +229,7 @@ func (r *Runner) Refresh() error {
 	if r.last == nil {
 		return nil
 	}
-	if err := r.run(r.last); err != nil {
+	if err := r.safeRun(r.last); err != nil {
 		return r.rejected(err)
 	}
 	return nil

@@ -481,3 +481,35 @@ func routeStatus(st *translate.Status, ns, name string) *gwv1.RouteStatus {
 	}
 	return nil
 }
+
+// A bug that panics in a stage costs that run, not the process: the previous configuration
+// keeps serving, and the next run works.
+func TestPanicKeepsServing(t *testing.T) {
+	rec := &recorder{}
+	fail := true
+	r, err := New(Config{Apply: rec.apply, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Prepare: func(res *resources.Resources) *resources.Resources {
+			if fail {
+				panic("a bug")
+			}
+			return res
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail = false
+	if err := r.Run(decode(t, twoGateways)); err != nil {
+		t.Fatal(err)
+	}
+	fail = true
+	if err := r.Run(decode(t, twoGateways)); err == nil || !strings.Contains(err.Error(), "a bug") {
+		t.Fatalf("a panicking run: %v", err)
+	}
+	if st := r.State(); st.Generation != 1 || !strings.Contains(st.LastError, "a bug") || len(rec.applied) != 1 {
+		t.Fatalf("after the panic: generation %d, last error %q, %d applied", st.Generation, st.LastError, len(rec.applied))
+	}
+	fail = false
+	if err := r.Run(decode(t, twoGateways)); err != nil || r.State().Generation != 2 {
+		t.Fatalf("the next run: %v, generation %d", err, r.State().Generation)
+	}
+}

@@ -104,11 +104,11 @@ func (r *renderer) assignExposures(tgws map[string]*v1alpha1.TenantGateway) {
 		}
 	}
 	for _, src := range r.in.DatabaseExposures {
-		d := src.DeepCopy()
-		d.Default()
+		c := r.check(src)
+		d := c.d
 		release := cmp.Or(d.Spec.Release, d.Name)
-		if errs := d.Validate(); len(errs) > 0 {
-			r.refuseExposure(src, v1alpha1.ReasonInvalid, errs.ToAggregate().Error())
+		if len(c.errs) > 0 {
+			r.refuseExposure(src, v1alpha1.ReasonInvalid, c.errs.ToAggregate().Error())
 			continue
 		}
 		if d.Spec.Release == "" {
@@ -433,6 +433,12 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 			Controller: ptr(true), BlockOwnerDeletion: ptr(true),
 		}}
 	}
+	recipe := routeRecipe{uid: d.UID, tenant: b.t.Name, parentNS: b.t.Namespace, parent: b.t.Name, viaSet: b.t.Spec.ParentGatewayRef != nil,
+		listener: l.name, protocol: l.protocol, backend: d.Spec.BackendRef.Name, backendPort: d.Spec.BackendRef.Port,
+		hosts: joinHosts(hosts), namespace: d.Namespace, name: d.Name}
+	key := nsName{d.Namespace, d.Name}
+	b.r.recipes[key] = recipe
+	prev := b.r.previousRoute(key, recipe)
 	parent := b.parentRef(l.name)
 	backend := []gwv1.BackendRef{{BackendObjectReference: gwv1.BackendObjectReference{
 		Name: gwv1.ObjectName(d.Spec.BackendRef.Name), Port: ptr(gwv1.PortNumber(d.Spec.BackendRef.Port)),
@@ -440,25 +446,33 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 	if l.protocol == gwv1.TCPProtocolType {
 		x.route = "TCPRoute"
 		b.exposureAccess(d, m, "TCPRoute")
-		b.tcpRoutes = append(b.tcpRoutes, &gwv1.TCPRoute{
-			TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TCPRoute"},
-			ObjectMeta: m,
-			Spec: gwv1.TCPRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
-				Rules: []gwv1.TCPRouteRule{{BackendRefs: backend}}},
-		})
+		if prev.tcp != nil {
+			b.tcpRoutes = append(b.tcpRoutes, prev.tcp)
+		} else {
+			b.tcpRoutes = append(b.tcpRoutes, &gwv1.TCPRoute{
+				TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TCPRoute"},
+				ObjectMeta: m,
+				Spec: gwv1.TCPRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
+					Rules: []gwv1.TCPRouteRule{{BackendRefs: backend}}},
+			})
+		}
 	} else {
 		x.route = "TLSRoute"
 		b.exposureAccess(d, m, "TLSRoute")
-		hn := make([]gwv1.Hostname, len(hosts))
-		for i, h := range hosts {
-			hn[i] = gwv1.Hostname(h)
+		if prev.tls != nil {
+			b.tlsRoutes = append(b.tlsRoutes, prev.tls)
+		} else {
+			hn := make([]gwv1.Hostname, len(hosts))
+			for i, h := range hosts {
+				hn[i] = gwv1.Hostname(h)
+			}
+			b.tlsRoutes = append(b.tlsRoutes, &gwv1.TLSRoute{
+				TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TLSRoute"},
+				ObjectMeta: m,
+				Spec: gwv1.TLSRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
+					Hostnames: hn, Rules: []gwv1.TLSRouteRule{{BackendRefs: backend}}},
+			})
 		}
-		b.tlsRoutes = append(b.tlsRoutes, &gwv1.TLSRoute{
-			TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TLSRoute"},
-			ObjectMeta: m,
-			Spec: gwv1.TLSRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
-				Hostnames: hn, Rules: []gwv1.TLSRouteRule{{BackendRefs: backend}}},
-		})
 	}
 	ca := "ca.crt"
 	anchor := ""

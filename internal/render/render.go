@@ -139,6 +139,10 @@ type Result struct {
 	// CertificateNames are, per cert-manager Certificate an exposure names, the hostnames
 	// to add to its dnsNames (namespace/name order; a cluster's controller applies them).
 	CertificateNames []CertificateNames
+
+	// memo is what the next render, given this one as Previous, takes over instead of
+	// doing the same work again (memo.go).
+	memo *memo
 }
 
 // Tenant is one TenantGateway's status, and the Gateway rendered for it (nil when none).
@@ -316,7 +320,13 @@ func Render(in *resources.Resources, opts Options) *Result {
 	if opts.NoCertManagerReason == "" {
 		opts.NoCertManagerReason = v1alpha1.ReasonCertificatesNeedCluster
 	}
-	r := &renderer{in: in, opts: opts, out: &Result{}, idx: newIndex(in, opts), certNames: map[nsName][]string{}}
+	r := &renderer{in: in, opts: opts, out: &Result{memo: newMemo()}, idx: newIndex(in, opts), certNames: map[nsName][]string{},
+		recipes: map[nsName]routeRecipe{}}
+	if opts.Previous != nil && opts.Previous.memo != nil {
+		r.prev = opts.Previous.memo
+	} else {
+		r.prev = newMemo()
+	}
 	tgws := slices.Clone(in.TenantGateways)
 	// At most one TenantGateway per namespace: the oldest wins, then the name.
 	slices.SortFunc(tgws, func(a, b *v1alpha1.TenantGateway) int {
@@ -363,6 +373,16 @@ func Render(in *resources.Resources, opts Options) *Result {
 	r.out.AccessPolicies = reuse(r.out.AccessPolicies, p.AccessPolicies)
 	r.out.Issuers = reuse(r.out.Issuers, p.Issuers)
 	r.out.Certificates = reuse(r.out.Certificates, p.Certificates)
+	for _, tr := range r.out.TLSRoutes {
+		if rc, ok := r.recipes[keyOf(tr)]; ok && rc.protocol == gwv1.TLSProtocolType {
+			r.keepRoute(keyOf(tr), routeMemo{recipe: rc, tls: tr})
+		}
+	}
+	for _, tr := range r.out.TCPRoutes {
+		if rc, ok := r.recipes[keyOf(tr)]; ok && rc.protocol == gwv1.TCPProtocolType {
+			r.keepRoute(keyOf(tr), routeMemo{recipe: rc, tcp: tr})
+		}
+	}
 	if opts.Previous != nil {
 		gws, sets := byName(r.out.Gateways), byName(r.out.ListenerSets)
 		for i := range r.out.Tenants {
@@ -385,6 +405,10 @@ type renderer struct {
 	// certNames are the hostnames each cert-manager Certificate must carry
 	// (Result.CertificateNames), gathered as exposures are rendered.
 	certNames map[nsName][]string
+	// prev is the previous render's memo (empty without one); recipes are this render's
+	// routes' (memo.go).
+	prev    *memo
+	recipes map[nsName]routeRecipe
 	// exposures are the accepted-so-far DatabaseExposures of each TenantGateway
 	// (namespace, name), defaulted.
 	exposures map[[2]string][]exposureInput

@@ -269,6 +269,9 @@ func (t *HostTable[T]) Delete(pattern string) {
 	}
 	t.overLen--
 	if _, inBase := base[key]; inBase {
+		if t.over == nil {
+			t.over = map[string]overEntry[T]{} // Edit made a full copy
+		}
 		t.over[key] = overEntry[T]{deleted: true}
 	} else {
 		delete(t.over, key) // set since the last full copy: forget it

@@ -275,3 +275,31 @@ func TestHostTableEdit(t *testing.T) {
 		t.Fatal("Edit changed the table it came from")
 	}
 }
+
+// A table Edit copied in full (its changes had grown past an eighth of it) takes a Delete
+// of a name of its base: the first change after a full copy.
+func TestHostTableDeleteAfterFullCopy(t *testing.T) {
+	var base HostTable[int]
+	for i := range 100 {
+		base.Add(fmt.Sprintf("h%d.example.com", i), i)
+	}
+	cur := &base
+	for gen := 0; ; gen++ {
+		next := cur.Edit()
+		if next.over == nil && gen > 0 {
+			// A full copy: delete a name it holds.
+			next.Delete("h99.example.com")
+			if _, ok := next.Lookup([]byte("h99.example.com")); ok || next.Len() != 100+gen*10-1 {
+				t.Fatalf("after the delete: found %v, Len %d", ok, next.Len())
+			}
+			return
+		}
+		for j := range 10 {
+			next.Set(fmt.Sprintf("n%d-%d.example.com", gen, j), j)
+		}
+		cur = &next
+		if gen > 100 {
+			t.Fatal("Edit never made a full copy")
+		}
+	}
+}

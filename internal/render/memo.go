@@ -1,0 +1,78 @@
+package render
+
+import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/api/v1alpha1"
+)
+
+// memo carries per-exposure work from one render to the next (Options.Previous). A cluster
+// renders on every change, and a new exposure among 10 000 must not cost 10 000 times the
+// work of one: an exposure whose object is the same pointer as last time is not defaulted and
+// validated again, and a route whose recipe (everything it is built from) is the same is
+// the previous route itself, neither built nor compared field by field.
+type memo struct {
+	inputs map[*v1alpha1.DatabaseExposure]checked
+	routes map[nsName]routeMemo
+}
+
+// checked is an exposure defaulted and validated.
+type checked struct {
+	d    *v1alpha1.DatabaseExposure // defaulted copy
+	errs field.ErrorList
+}
+
+// routeRecipe is everything an exposure's route is built from (build.exposure).
+type routeRecipe struct {
+	uid                     types.UID
+	tenant                  string // the TenantGateway's name (label)
+	parentNS, parent        string // the Gateway or ListenerSet
+	viaSet                  bool
+	listener                string
+	protocol                gwv1.ProtocolType
+	backend                 string
+	backendPort             int32
+	hosts                   string
+	namespace, name         string
+}
+
+type routeMemo struct {
+	recipe routeRecipe
+	tls    *gwv1.TLSRoute
+	tcp    *gwv1.TCPRoute
+}
+
+func newMemo() *memo {
+	return &memo{inputs: map[*v1alpha1.DatabaseExposure]checked{}, routes: map[nsName]routeMemo{}}
+}
+
+// check defaults and validates src, or takes what the previous render found.
+func (r *renderer) check(src *v1alpha1.DatabaseExposure) checked {
+	c, ok := r.prev.inputs[src]
+	if !ok {
+		d := src.DeepCopy()
+		d.Default()
+		c = checked{d: d, errs: d.Validate()}
+	}
+	r.out.memo.inputs[src] = c
+	return c
+}
+
+// previousRoute is the route the previous render built from recipe, or nil.
+func (r *renderer) previousRoute(key nsName, recipe routeRecipe) routeMemo {
+	if m, ok := r.prev.routes[key]; ok && m.recipe == recipe {
+		return m
+	}
+	return routeMemo{}
+}
+
+// keepRoute records the route built from recipe for the next render.
+func (r *renderer) keepRoute(key nsName, m routeMemo) {
+	r.out.memo.routes[key] = m
+}
+
+func joinHosts(hosts []string) string { return strings.Join(hosts, ",") }
