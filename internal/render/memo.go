@@ -28,16 +28,16 @@ type checked struct {
 
 // routeRecipe is everything an exposure's route is built from (build.exposure).
 type routeRecipe struct {
-	uid                     types.UID
-	tenant                  string // the TenantGateway's name (label)
-	parentNS, parent        string // the Gateway or ListenerSet
-	viaSet                  bool
-	listener                string
-	protocol                gwv1.ProtocolType
-	backend                 string
-	backendPort             int32
-	hosts                   string
-	namespace, name         string
+	uid              types.UID
+	tenant           string // the TenantGateway's name (label)
+	parentNS, parent string // the Gateway or ListenerSet
+	viaSet           bool
+	listener         string
+	protocol         gwv1.ProtocolType
+	backend          string
+	backendPort      int32
+	hosts            string
+	namespace, name  string
 }
 
 type routeMemo struct {
