@@ -292,11 +292,12 @@ func (r *Runner) run(res *resources.Resources) error {
 	if r.cfg.Prepare != nil {
 		res = r.cfg.Prepare(res)
 	}
-	if r.translated != nil && sameTranslateInput(res, r.translated) {
+	if (r.cfg.Cluster || input == r.last) && r.translated != nil && sameTranslateInput(res, r.translated) {
 		// Nothing translate reads changed (a certificate probe's verdict moved, a
 		// DatabaseExposure's route came back from the API server as rendered): the
 		// statuses follow; the routing table is what it was, so nothing is translated or
-		// applied and the generation stays.
+		// applied and the generation stays. A reload of files is an operator's request and
+		// always makes a generation (the acknowledgement a reload looks for).
 		r.statusOnly(input, res, rendered, anchors)
 		return nil
 	}
