@@ -338,6 +338,19 @@ func (c *controller) usage() (rss, cpu float64) {
 	return float64(procstat.RSS(pids)) / (1 << 20), float64(procstat.CPU(pids)) / 1e9
 }
 
+// controlPlaneCPU is the CPU seconds the test's kube-apiserver and etcd have used so far:
+// what the API server's side of a step costs, beside the controller's.
+func controlPlaneCPU() float64 {
+	var pids []int
+	for _, pid := range procstat.Tree(os.Getpid()) {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if name := strings.TrimSpace(string(comm)); name == "kube-apiserver" || name == "etcd" {
+			pids = append(pids, pid)
+		}
+	}
+	return float64(procstat.CPU(pids)) / 1e9
+}
+
 // gatewayAddress waits for the Gateway's address in its status.
 func (e *env) gatewayAddress(ns, name string, timeout time.Duration) string {
 	deadline := time.Now().Add(timeout)

@@ -79,7 +79,7 @@ func TestControlPlaneScale(t *testing.T) {
 func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, gwName string) Step {
 	st := Step{Shape: shape, Tenants: e.tenants, Exposures: exposures, Requests: map[string]float64{}}
 	t.Logf("step %s: %d tenants, %d exposures: starting the controller", shape, e.tenants, exposures)
-	start := time.Now()
+	start, apiCPU, off := time.Now(), controlPlaneCPU(), e.auditSize()
 	c := e.startController()
 	defer c.stop()
 	addr := e.gatewayAddress(gwNS, gwName, 10*time.Minute)
@@ -113,8 +113,14 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	}
 	st.ServedSeconds = time.Since(start).Seconds()
 	st.RSSConvergedMiB, st.CPUConverge = c.usage()
-	t.Logf("step %s: converged: Programmed after %.1f s, served after %.1f s, RSS %.0f MiB, %.1f CPU s",
-		shape, st.ProgrammedSeconds, st.ServedSeconds, st.RSSConvergedMiB, st.CPUConverge)
+	st.APIServerCPUConverge = controlPlaneCPU() - apiCPU
+	for k, n := range e.requests(off, start, time.Now()) {
+		if verb, _, _ := strings.Cut(k, " "); verb == "create" || verb == "update" || verb == "patch" || verb == "delete" {
+			st.ConvergeWrites += n
+		}
+	}
+	t.Logf("step %s: converged: Programmed after %.1f s, served after %.1f s, RSS %.0f MiB, %.1f CPU s; API server and etcd %.1f CPU s for %d writes",
+		shape, st.ProgrammedSeconds, st.ServedSeconds, st.RSSConvergedMiB, st.CPUConverge, st.APIServerCPUConverge, st.ConvergeWrites)
 
 	// Settled: every exposure has its certificate probe's verdict, so that the trials count
 	// what one new exposure causes, not the first probes of the others.

@@ -31,6 +31,10 @@ type Step struct {
 	RSSConvergedMiB float64 `json:"rssConvergedMiB"`
 	RSSEndMiB       float64 `json:"rssEndMiB"`
 	CPUConverge     float64 `json:"cpuSecondsToConverge"`
+	// The API server's and etcd's CPU seconds over the same time, and the controller's
+	// writes (create, update, patch, delete) it took: what converging costs the other side.
+	APIServerCPUConverge float64 `json:"apiServerCPUSecondsToConverge"`
+	ConvergeWrites       int     `json:"writesToConverge"`
 	ProbesPerMinute float64 `json:"probesPerMinute"`
 	// Seconds from the controller's start until every exposure had its certificate probe's
 	// verdict, and the configurations applied for each new exposure (its route: 1).
@@ -53,20 +57,20 @@ func quantile(v []float64, q float64) float64 {
 // Markdown is the steps as the table docs/performance.md shows.
 func Markdown(steps []Step) string {
 	var b strings.Builder
-	b.WriteString("| shape | tenants | exposures | converged: Programmed / served / probed (s) | apply → serving p50 / p99 (ms) | informer floor p99 (ms) | ÷ floor p99 | delete → refused p50 / p99 (ms) | floor p99 (ms) | writes per new exposure | configurations per new exposure | RSS converged / end (MiB) | CPU to converge (s) | probes / min |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| shape | tenants | exposures | converged: Programmed / served / probed (s) | apply → serving p50 / p99 (ms) | informer floor p99 (ms) | ÷ floor p99 | delete → refused p50 / p99 (ms) | floor p99 (ms) | writes per new exposure | configurations per new exposure | RSS converged / end (MiB) | CPU to converge: controller / API server and etcd (s) | writes to converge | probes / min |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range steps {
 		fa, fd := quantile(s.FloorAdd, 0.99), quantile(s.FloorDelete, 0.99)
 		ratio := "—"
 		if fa > 0 {
 			ratio = fmt.Sprintf("×%.1f", quantile(s.ApplyServing, 0.99)/fa)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %.1f / %.1f / %.1f | %.0f / %.0f | %.0f | %s | %.0f / %.0f | %.0f | %.0f | %.0f (max %.0f) | %.0f / %.0f | %.1f | %.0f |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f / %.1f / %.1f | %.0f / %.0f | %.0f | %s | %.0f / %.0f | %.0f | %.0f | %.0f (max %.0f) | %.0f / %.0f | %.1f / %.1f | %d | %.0f |\n",
 			s.Shape, s.Tenants, s.Exposures, s.ProgrammedSeconds, s.ServedSeconds, s.SettledSeconds,
 			quantile(s.ApplyServing, 0.5), quantile(s.ApplyServing, 0.99), fa, ratio,
 			quantile(s.DeleteRefused, 0.5), quantile(s.DeleteRefused, 0.99), fd,
 			median(toFloats(s.Writes)), median(s.Generations), quantile(s.Generations, 1),
-			s.RSSConvergedMiB, s.RSSEndMiB, s.CPUConverge, s.ProbesPerMinute)
+			s.RSSConvergedMiB, s.RSSEndMiB, s.CPUConverge, s.APIServerCPUConverge, s.ConvergeWrites, s.ProbesPerMinute)
 	}
 	// The requests of one new exposure, at the largest step.
 	if len(steps) > 0 {

@@ -24,21 +24,30 @@ import (
 // Unreachable, naming the Service.
 func ProbeTargets(res *resources.Resources, out *Result, bundles map[types.NamespacedName][]byte) map[probe.Key]probe.Target {
 	targets := map[probe.Key]probe.Target{}
+	eps := newEndpoints(res)
+	// One pool per TrustAnchor, shared by its exposures' targets (the probe only reads it):
+	// parsed per exposure, 10 000 exposures of one TrustAnchor parsed its bundle 10 000
+	// times on every change.
+	pools := map[types.NamespacedName]*x509.CertPool{}
 	for _, x := range out.Exposures {
 		pt := x.Target
 		if pt == nil || !x.Rendered {
 			continue
 		}
 		e, _ := engine.Lookup(pt.Engine)
-		t := probe.Target{Address: endpoint(res, x.Namespace, pt.Service, pt.ServicePort), Start: e.Start,
+		t := probe.Target{Address: eps.first(x.Namespace, pt.Service, pt.ServicePort), Start: e.Start,
 			SNI: pt.Hostnames[0], Hostnames: pt.Hostnames}
 		if pt.TrustAnchor != "" {
-			if b, ok := bundles[types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}]; ok {
-				t.Roots = x509.NewCertPool()
-				t.Roots.AppendCertsFromPEM(b)
-			} else {
-				t.Roots = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+			key := types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}
+			if pools[key] == nil {
+				if b, ok := bundles[key]; ok {
+					pools[key] = x509.NewCertPool()
+					pools[key].AppendCertsFromPEM(b)
+				} else {
+					pools[key] = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+				}
 			}
+			t.Roots = pools[key]
 		}
 		if pt.CertificateSecret != "" {
 			t.Expected = secretLeaf(res, x.Namespace, pt.CertificateSecret)
@@ -78,23 +87,31 @@ func AnchorsInUse(out *Result, results map[probe.Key]probe.Result) map[types.Nam
 	return inUse
 }
 
-// endpoint is host:port of the first ready endpoint of Service ns/name's port, or "": the
-// address the data plane would dial first (translate's resolution, the one place for it).
-func endpoint(res *resources.Resources, ns, name string, port int32) string {
-	var slices []*discoveryv1.EndpointSlice
+// endpoints looks up Services and their EndpointSlices by namespace and name.
+type endpoints struct {
+	services map[nsName]*corev1.Service
+	slices   map[nsName][]*discoveryv1.EndpointSlice // by the Service they belong to
+}
+
+func newEndpoints(res *resources.Resources) endpoints {
+	e := endpoints{services: byName(res.Services), slices: map[nsName][]*discoveryv1.EndpointSlice{}}
 	for _, es := range res.EndpointSlices {
-		if es.Namespace == ns && es.Labels[discoveryv1.LabelServiceName] == name {
-			slices = append(slices, es)
-		}
+		k := nsName{es.Namespace, es.Labels[discoveryv1.LabelServiceName]}
+		e.slices[k] = append(e.slices[k], es)
 	}
-	for _, s := range res.Services {
-		if s.Namespace != ns || s.Name != name {
-			continue
-		}
-		if sp := translate.ServicePort(s, port); sp != nil {
-			if eps := translate.Endpoints(slices, sp.Name); len(eps) > 0 {
-				return eps[0].String()
-			}
+	return e
+}
+
+// first is host:port of the first ready endpoint of Service ns/name's port, or "": the
+// address the data plane would dial first (translate's resolution, the one place for it).
+func (e endpoints) first(ns, name string, port int32) string {
+	s := e.services[nsName{ns, name}]
+	if s == nil {
+		return ""
+	}
+	if sp := translate.ServicePort(s, port); sp != nil {
+		if eps := translate.Endpoints(e.slices[nsName{ns, name}], sp.Name); len(eps) > 0 {
+			return eps[0].String()
 		}
 	}
 	return ""

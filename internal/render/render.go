@@ -353,9 +353,21 @@ func Render(in *resources.Resources, opts Options) *Result {
 	for i := range r.out.Tenants {
 		sortConditions(r.out.Tenants[i].Status.Conditions)
 	}
-	slices.SortFunc(r.out.Exposures, func(a, b Exposure) int {
+	// Sorted through their indexes: an Exposure is large, and moving 10 000 of them about
+	// in a sort cost more than building them.
+	order := make([]int, len(r.out.Exposures))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int {
+		a, b := &r.out.Exposures[i], &r.out.Exposures[j]
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
+	sorted := make([]Exposure, len(order))
+	for i, j := range order {
+		sorted[i] = r.out.Exposures[j]
+	}
+	r.out.Exposures = sorted
 	for i := range r.out.Exposures {
 		sortConditions(r.out.Exposures[i].Status.Conditions)
 	}
