@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"reflect"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -16,9 +17,12 @@ import (
 // alone; listed afresh each time, every object was new on every change and translate's memo
 // never hit.
 //
-// An object seen for the first time (or changed) is deep-copied out of the list it came in:
-// the list is read from the informer's cache without copies (client.UnsafeDisableDeepCopy),
-// and an object kept for later passes must not pin the whole list's array.
+// An object seen for the first time (or changed) is copied out of the list it came in, which
+// the informer's cache filled without copies (client.UnsafeDisableDeepCopy): an object kept
+// for later passes must not pin the whole list's array. The copy is shallow: it shares its
+// maps, slices and strings with the cache's object, which the informer never changes (an
+// update replaces it), and nothing in snigate changes an object it was given (package
+// resources' contract). A deep copy held a second copy of every object of the cluster.
 type interner struct {
 	kinds []map[types.NamespacedName]resources.Object // by index in Controller.kinds
 }
@@ -43,7 +47,7 @@ func (in *interner) intern(i int, objs []resources.Object, ownStatus bool) ([]re
 		if p, ok := prev[key]; ok && p.GetUID() == o.GetUID() && p.GetResourceVersion() == o.GetResourceVersion() && o.GetResourceVersion() != "" {
 			out[j] = p
 		} else {
-			out[j] = o.DeepCopyObject().(resources.Object)
+			out[j] = shallowCopy(o)
 			changed = changed || !ok || !resources.SameSpec(p, o, ownStatus)
 		}
 		next[key] = out[j]
@@ -53,4 +57,12 @@ func (in *interner) intern(i int, objs []resources.Object, ownStatus bool) ([]re
 		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
 	})
 	return out, changed
+}
+
+// shallowCopy is a new object whose fields are o's (o is a pointer to a struct).
+func shallowCopy(o resources.Object) resources.Object {
+	v := reflect.ValueOf(o).Elem()
+	c := reflect.New(v.Type())
+	c.Elem().Set(v)
+	return c.Interface().(resources.Object)
 }
