@@ -35,7 +35,7 @@ type Step struct {
 	// writes (create, update, patch, delete) it took: what converging costs the other side.
 	APIServerCPUConverge float64 `json:"apiServerCPUSecondsToConverge"`
 	ConvergeWrites       int     `json:"writesToConverge"`
-	ProbesPerMinute float64 `json:"probesPerMinute"`
+	ProbesPerMinute      float64 `json:"probesPerMinute"`
 	// Seconds from the controller's start until every exposure had its certificate probe's
 	// verdict, and the configurations applied for each new exposure (its route: 1).
 	SettledSeconds float64   `json:"settledSeconds"`

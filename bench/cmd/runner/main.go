@@ -33,15 +33,18 @@ import (
 // params are the counts of one mode.
 type params struct {
 	ConnsN, Conc, LatencyN, IdleN, TermN int
-	ShapeN                               int           // connections of each extra shape
-	RRConns                              int           // the request/response test's connections
-	RRTime                               time.Duration // and how long it sends
-	BulkBytes                            int64
-	ScaleExact, ScaleWild                int
-	Reloads                              int
-	PGSeconds, PGClients                 int
-	Benchtime                            string
-	Budget                               time.Duration // stop starting new work after this
+	// IdleMaxN is the idle test at the largest count the file-descriptor limit allows
+	// (idleAtLimit); 0 in full mode until computed.
+	IdleMaxN              int
+	ShapeN                int           // connections of each extra shape
+	RRConns               int           // the request/response test's connections
+	RRTime                time.Duration // and how long it sends
+	BulkBytes             int64
+	ScaleExact, ScaleWild int
+	Reloads               int
+	PGSeconds, PGClients  int
+	Benchtime             string
+	Budget                time.Duration // stop starting new work after this
 }
 
 var (
@@ -49,7 +52,7 @@ var (
 		ShapeN: 4000, RRConns: 50, RRTime: 2 * time.Second,
 		ScaleExact: 100_000, ScaleWild: 1000, Reloads: 3,
 		PGSeconds: 3, PGClients: 8, Benchtime: "300ms", Budget: 20 * time.Minute}
-	smoke = params{ConnsN: 300, Conc: 16, LatencyN: 300, IdleN: 200, TermN: 100, BulkBytes: 32 << 20,
+	smoke = params{ConnsN: 300, Conc: 16, LatencyN: 300, IdleN: 200, IdleMaxN: 300, TermN: 100, BulkBytes: 32 << 20,
 		ShapeN: 200, RRConns: 20, RRTime: 300 * time.Millisecond,
 		ScaleExact: 2000, ScaleWild: 20, Reloads: 2,
 		PGSeconds: 1, PGClients: 4, Benchtime: "", Budget: 120 * time.Second}
@@ -111,7 +114,7 @@ func main() {
 	chartLink := flag.String("chart-link", "", "the chart's path as the Markdown links it")
 	notes := flag.String("notes", "", "hand-written notes appended to the Markdown")
 	verbose := flag.Bool("v", false, "log every value as it is measured")
-	only := flag.String("only", "", "comma-separated tests to run (default all): conns,shapes,rr,logs,bulk,latency,term,idle,scale,pg,syscalls,micro")
+	only := flag.String("only", "", "comma-separated tests to run (default all): conns,shapes,rr,logs,bulk,latency,term,idle,idlemax,scale,pg,syscalls,micro")
 	render := flag.String("render", "", "only regenerate --md and --svg from this results JSON (after editing the notes)")
 	runsDir := flag.String("runs", "bench/results/runs", "the full runs kept to pool the at-the-floor targets over (with this one)")
 	flag.Parse()
@@ -144,6 +147,10 @@ func main() {
 	if *rounds > 0 {
 		e.rounds = *rounds
 	}
+	fdLimit := fdLimit()
+	if e.p.IdleMaxN == 0 {
+		e.p.IdleMaxN = idleAtLimit(fdLimit)
+	}
 	e.bin.snigate, e.bin.loadgen, e.bin.backend = *snigate, *loadgen, *backend
 	for _, b := range []string{e.bin.snigate, e.bin.loadgen, e.bin.backend} {
 		if b == "" {
@@ -163,7 +170,7 @@ func main() {
 		Command: "bench/run.sh" + map[bool]string{true: " --smoke", false: ""}[*isSmoke],
 		Machine: machine(), Versions: versions(*snigate, *repo),
 		Params: map[string]any{
-			"concurrency": e.p.Conc, "connsN": e.p.ConnsN, "latencyN": e.p.LatencyN, "idleN": e.p.IdleN,
+			"concurrency": e.p.Conc, "connsN": e.p.ConnsN, "latencyN": e.p.LatencyN, "idleN": e.p.IdleN, "idleMaxN": e.p.IdleMaxN, "fdLimit": fdLimit,
 			"shapeN": e.p.ShapeN, "rrConns": e.p.RRConns, "rrSeconds": e.p.RRTime.Seconds(), "termN": e.p.TermN, "bulkBytes": fmtBytes(e.p.BulkBytes), "scaleExact": e.p.ScaleExact,
 			"scaleWild": e.p.ScaleWild, "reloads": e.p.Reloads, "pgbenchArgs": pgbenchArgsText(e.p), "pgScale": e.p.PGClients, "syscallsN": e.p.ConnsN / 6, "benchtime": e.p.Benchtime,
 		},
@@ -314,4 +321,22 @@ func pooledRuns(dir string, r *report.Results) []*report.Results {
 		out = append(out, r)
 	}
 	return out
+}
+
+// fdLimit is the per-process open-file limit every process of the run inherits (20 000 on
+// the machines this runs on, which may not raise it).
+func fdLimit() int {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0
+	}
+	return int(l.Cur)
+}
+
+// idleAtLimit is the most idle connections a proxy can hold under the limit: each takes two
+// descriptors (the client's and the backend's), and about 200 are left for the listeners,
+// logs and the process's own. The backend and the load generator, one process each, hold one
+// descriptor per connection and are never the cap.
+func idleAtLimit(limit int) int {
+	return max(0, (limit-200)/2/100*100)
 }

@@ -61,7 +61,12 @@ func (e *env) runRounds(want func(string) bool) {
 			}},
 			{report.TIdle, func(r int) {
 				for _, t := range rotate(passTargets[1:], r) {
-					e.idle(t)
+					e.idle(t, report.TIdle, e.p.IdleN)
+				}
+			}},
+			{report.TIdleMax, func(r int) {
+				for _, t := range rotate([]string{"snigate", "haproxy"}, r) {
+					e.idle(t, report.TIdleMax, e.p.IdleMaxN)
 				}
 			}},
 			{report.TScale, func(r int) { e.scaleRound(r) }},
@@ -268,9 +273,9 @@ func (e *env) term(target string) {
 	e.res.Add(report.TTerm, report.MCPUCold, target, "µs", cold)
 }
 
-// idle: memory and fds per idle connection. The proxy is restarted and warmed up first, so
-// every round starts from the same state.
-func (e *env) idle(target string) {
+// idle: memory and fds per idle connection, n of them, recorded as test. The proxy is
+// restarted and warmed up first, so every round starts from the same state.
+func (e *env) idle(target, test string, n int) {
 	inst := e.proxies[target]
 	if inst == nil {
 		return
@@ -292,7 +297,7 @@ func (e *env) idle(target string) {
 	if target == "snigate" {
 		heapBefore, herr = metric(inst.spec.Admin, "go_memstats_heap_inuse_bytes")
 	}
-	release, err := e.idleHold(inst.spec.Pass, e.p.IdleN)
+	release, err := e.idleHold(inst.spec.Pass, n)
 	if err != nil {
 		e.res.Error(fmt.Errorf("idle %s: %w", target, err))
 		return
@@ -306,19 +311,19 @@ func (e *env) idle(target string) {
 	if err := release(); err != nil {
 		e.res.Error(fmt.Errorf("idle %s: loadgen: %w", target, err))
 	}
-	n := float64(e.p.IdleN)
-	e.res.Add(report.TIdle, report.MRSSConn, target, "bytes", float64(after.Mem-before.Mem)/n)
-	e.res.Add(report.TIdle, report.MFDConn, target, "fds", float64(after.FDs-before.FDs)/n)
+	nf := float64(n)
+	e.res.Add(test, report.MRSSConn, target, "bytes", float64(after.Mem-before.Mem)/nf)
+	e.res.Add(test, report.MFDConn, target, "fds", float64(after.FDs-before.FDs)/nf)
 	if target == "snigate" {
 		if herr != nil {
 			e.res.Error(fmt.Errorf("idle snigate heap: %w", herr))
 		} else {
-			e.res.Add(report.TIdle, report.MHeapConn, target, "bytes", (heapAfter-heapBefore)/n)
+			e.res.Add(test, report.MHeapConn, target, "bytes", (heapAfter-heapBefore)/nf)
 		}
 	}
 	// Let the proxy see the closes before the next test (pooled splice pipes may stay).
 	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) && procstat.FDs(procstat.Tree(pid)) > before.FDs+e.p.IdleN/10 {
+	for time.Now().Before(deadline) && procstat.FDs(procstat.Tree(pid)) > before.FDs+n/10 {
 		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -279,7 +279,7 @@ func writeHAProxy(binary string, s Spec) ([]string, error) {
 		logGlobal, logDefaults = "  log stdout format raw local0\n", "  log global\n  option tcplog\n"
 	}
 	w.printf(`global
-  maxconn 8000
+  maxconn 9950
   nbthread 1
   pidfile %s/haproxy.pid
 %s

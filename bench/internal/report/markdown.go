@@ -174,6 +174,13 @@ func (r *Results) Markdown(chart, notes string) string {
 	w("divided by the number of connections. Each proxy is restarted and warmed up before.\n\n")
 	r.table(&b, TIdle, []col{{"RSS per connection (KB)", MRSSConn, 1.0 / 1024, 1, true}, {"Go heap per connection (KB)", MHeapConn, 1.0 / 1024, 1, false},
 		{"fds per connection", MFDConn, 1, 2, false}}, Order)
+	if _, ok := r.Params["idleMaxN"]; ok && r.Get(TIdleMax, MRSSConn, "snigate") != nil {
+		w("At the file-descriptor limit: each process may open %v files (the machine does not let it\n", r.Params["fdLimit"])
+		w("raise that), and an idle connection holds two in the proxy (its client's and its backend's),\n")
+		w("so %v is the most a proxy can hold here, measured the same way for snigate and HAProxy.\n\n", r.Params["idleMaxN"])
+		r.table(&b, TIdleMax, []col{{"RSS per connection (KB)", MRSSConn, 1.0 / 1024, 1, true}, {"Go heap per connection (KB)", MHeapConn, 1.0 / 1024, 1, false},
+			{"fds per connection", MFDConn, 1, 2, false}}, Order)
+	}
 
 	w("## 5. Route scale\n\n%v exact SNI names and %v wildcards (`*.wN.wild.test`), one backend; the\n", r.Params["scaleExact"], r.Params["scaleWild"])
 	w("client asks for the last name. Start: from starting the process to the first successful\n")

@@ -15,6 +15,7 @@ const (
 	TBulk     = "bulk"     // one long download
 	TLatency  = "latency"  // 64-byte echo, all on one CPU
 	TIdle     = "idle"     // idle connections
+	TIdleMax  = "idlemax"  // idle connections, as many as the fd limit allows
 	TScale    = "scale"    // 100 000 routes
 	TTerm     = "term"     // TLS terminate
 	TPG       = "pg"       // pgbench
@@ -209,6 +210,12 @@ func (r *Results) Evaluate() {
 	if v, ok := r.Med(TIdle, MRSSConn, s); ok {
 		if h, ok := r.Med(TIdle, MRSSConn, "haproxy"); ok {
 			add(atMost("idle connections", "memory per connection ≤ 0.5 × HAProxy's", v, 0.5*h,
+				fmt.Sprintf("%.1f KB RSS vs HAProxy %.1f KB (×%.2f)", v/1024, h/1024, v/h)))
+		}
+	}
+	if v, ok := r.Med(TIdleMax, MRSSConn, s); ok {
+		if h, ok := r.Med(TIdleMax, MRSSConn, "haproxy"); ok {
+			add(atMost("idle connections", fmt.Sprintf("at the fd limit (%v): memory per connection ≤ 0.5 × HAProxy's", r.Params["idleMaxN"]), v, 0.5*h,
 				fmt.Sprintf("%.1f KB RSS vs HAProxy %.1f KB (×%.2f)", v/1024, h/1024, v/h)))
 		}
 	}
