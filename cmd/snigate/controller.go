@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -50,6 +51,9 @@ func runController(args []string) error {
 	controllerName := fs.String("controller-name", translate.DefaultControllerName, "GatewayClass controllerName to answer to")
 	leaderElect := fs.Bool("leader-elect", true, "elect one replica to write status (Lease "+cluster.DefaultLeaderElectionID+")")
 	leaseNS := fs.String("leader-election-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the leader election Lease")
+	leaseDuration := fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long a Lease holder that stopped renewing keeps it before another replica may take it")
+	renewDeadline := fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the holder keeps trying to renew before it stops its elected work (with --proxy, the proxy keeps serving and the replica campaigns again)")
+	retryPeriod := fs.Duration("leader-elect-retry-period", 2*time.Second, "how often a replica tries to take or renew the Lease")
 	probes := fs.String("health-probe-address", "", "address for the controller's /healthz and /readyz (empty disables)")
 	rf := addRunFlags(fs)
 	adminGuard := adminAuthFlag(fs)
@@ -103,6 +107,7 @@ func runController(args []string) error {
 	c, err := cluster.New(cluster.Config{
 		REST: rc, ControllerName: *controllerName, DefaultBindAddress: *rf.bind, Gateway: *gateway,
 		Apply: apply, Metrics: m, LeaderElection: *leaderElect, LeaderElectionNamespace: *leaseNS,
+		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		HealthProbeAddress: *probes, Logger: log, LocalAddresses: local,
 		Provision: provisionOpts(), LoadBalancerAddresses: pool,
 	})

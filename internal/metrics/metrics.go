@@ -53,6 +53,11 @@ type Metrics struct {
 	// CertificateProbes counts the certificate probe's connections to the DatabaseExposures'
 	// backends, by verdict (Verified, MissingDNSNames, Unreachable…).
 	CertificateProbes *prometheus.CounterVec
+	// StatusWrites counts the status updates this replica sent to the API server, by kind
+	// (only the elected replica writes status).
+	StatusWrites *prometheus.CounterVec
+	// Leader is 1 while this replica holds the leader Lease and writes status, else 0.
+	Leader prometheus.Gauge
 	// Conditions are the status conditions of every TenantGateway, DatabaseExposure and
 	// TrustAnchor (snigate_object_condition), replaced as a whole on every configuration.
 	Conditions *Conditions
@@ -198,10 +203,18 @@ func New() *Metrics {
 			Name: "snigate_certificate_probes_total",
 			Help: "Connections the certificate probe made to DatabaseExposures' backends, by verdict.",
 		}, []string{"verdict"}),
+		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "snigate_status_writes_total",
+			Help: "Status updates this replica sent to the API server, by kind of object.",
+		}, []string{"kind"}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "snigate_leader",
+			Help: "1 while this replica holds the leader Lease (writes status and applies what TenantGateways render), else 0.",
+		}),
 		Conditions: newConditions(),
 	}
 	r.MustRegister(m.Connections, m.Rejected, m.Active, m.RouteActive, m.Bytes, m.HelloSeconds, m.DialSeconds,
-		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry, m.CertificateProbes, m.Conditions,
+		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry, m.CertificateProbes, m.StatusWrites, m.Leader, m.Conditions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

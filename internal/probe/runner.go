@@ -99,6 +99,15 @@ func (r *Runner) schedule(k Key, at time.Time) {
 	heap.Push(&r.queue, dueItem{at, k})
 }
 
+// requeue makes k due now if it is still the target t (an interrupted probe).
+func (r *Runner) requeue(k Key, t Target) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.targets[k]; ok && sameTarget(cur, t) && r.dueAt[k].IsZero() {
+		r.schedule(k, r.opts.Now())
+	}
+}
+
 // top drops stale entries and returns the earliest due target (r.mu held).
 func (r *Runner) top() (dueItem, bool) {
 	for len(r.queue) > 0 {
@@ -194,6 +203,9 @@ func (r *Runner) Run(ctx context.Context) {
 			res := Probe(pctx, t, r.opts.Now())
 			cancel()
 			if ctx.Err() != nil {
+				// Stopped mid-probe (the replica lost its leader Lease): the target is due
+				// at once when Run starts again, not lost from the queue.
+				r.requeue(k, t)
 				return
 			}
 			if r.opts.Probes != nil {

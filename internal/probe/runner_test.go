@@ -185,3 +185,66 @@ func TestRunnerRetriesUnreachable(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A probe cut short by the end of Run (the replica lost its leader Lease) leaves its target
+// due at once: when Run starts again it is probed then, not after Interval nor never.
+func TestRunnerRestartsInterruptedProbe(t *testing.T) {
+	ca := snitest.NewCA(t)
+	cert := ca.Issue(t, "db.example.test")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan struct{})
+	go func() {
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if i == 0 { // the first probe hangs: no handshake, until the probe gives up
+				close(held)
+				go func() { c.Read(make([]byte, 1)); c.Close() }()
+				continue
+			}
+			go func() {
+				s := tls.Server(c, tlsConfig(cert.TLS))
+				s.Handshake()
+				s.Close()
+			}()
+		}
+	}()
+	changed := make(chan struct{}, 4)
+	r := NewRunner(RunnerOptions{Interval: time.Hour, Timeout: time.Minute, OnChange: func() { changed <- struct{}{} }})
+	key := Key{"acme", "orders"}
+	r.Set(map[Key]Target{key: {Address: ln.Addr().String(), Start: engine.DirectTLS, SNI: "db.example.test",
+		Hostnames: []string{"db.example.test"}, Roots: ca.Pool()}})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first probe never connected")
+	}
+	cancel()
+	<-done
+	if _, ok := r.Results()[key]; ok {
+		t.Fatal("an interrupted probe recorded a result")
+	}
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan struct{})
+	go func() { r.Run(ctx2); close(done2) }()
+	defer func() { cancel2(); <-done2 }()
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the interrupted target was not probed when Run started again")
+	}
+	if got := r.Results()[key]; got.Reason != v1alpha1.ReasonVerified {
+		t.Fatalf("after the restart: %+v", got)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -30,6 +29,7 @@ import (
 	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/source/cluster"
+	"github.com/snigate/snigate/internal/testutil"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
@@ -452,9 +452,9 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		link := newLink(t, base.Host)
+		link := testutil.NewLink(t, base.Host)
 		dpREST := as("system:serviceaccount:apps:edge-snigate")
-		dpREST.Host = "https://" + link.addr
+		dpREST.Host = "https://" + link.Addr()
 		dp, err := cluster.New(cluster.Config{
 			REST: dpREST, Gateway: "apps/edge", ReadOnly: true,
 			Apply: rec.apply, Logger: log.With("process", "dataplane"),
@@ -505,7 +505,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 			return nil
 		})
 		before, applies := rec.get()
-		link.down()
+		link.Down()
 		time.Sleep(3 * time.Second)
 		select {
 		case err := <-done:
@@ -530,7 +530,7 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		if err := cl.Update(ctx, &g); err != nil {
 			t.Fatal(err)
 		}
-		link.up()
+		link.Up()
 		back := time.Now()
 		deadline := back.Add(time.Second)
 		for {
@@ -544,66 +544,6 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 		}
 		t.Logf("data plane picked up a change %s after the API server became reachable again", time.Since(back).Round(10*time.Millisecond))
 	})
-}
-
-// link is a TCP forwarder to the API server that the test can cut (down) and restore (up)
-// on the same address: the data plane's view of an API server outage.
-type link struct {
-	t      *testing.T
-	addr   string // listen address
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  []net.Conn
-}
-
-func newLink(t *testing.T, target string) *link {
-	l := &link{t: t, addr: "127.0.0.1:0", target: target}
-	l.up()
-	l.addr = l.ln.Addr().String()
-	t.Cleanup(l.down)
-	return l
-}
-
-func (l *link) up() {
-	ln, err := net.Listen("tcp", l.addr)
-	if err != nil {
-		l.t.Fatalf("link up: %v", err)
-	}
-	l.mu.Lock()
-	l.ln = ln
-	l.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", l.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			l.mu.Lock()
-			l.conns = append(l.conns, c, b)
-			l.mu.Unlock()
-			go func() { io.Copy(b, c); b.Close() }()
-			go func() { io.Copy(c, b); c.Close() }()
-		}
-	}()
-}
-
-func (l *link) down() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln != nil {
-		l.ln.Close()
-		l.ln = nil
-	}
-	for _, c := range l.conns {
-		c.Close()
-	}
-	l.conns = nil
 }
 
 // bindingSubjects checks that the data plane ClusterRoleBinding names exactly these

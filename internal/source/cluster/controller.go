@@ -142,6 +142,7 @@ type Controller struct {
 	log    *slog.Logger
 	mgr    manager.Manager
 	writer *statusWriter
+	leader *leaderGroup // nil unless this process campaigns itself (leader.go)
 	pipe   *pipeline.Runner
 	local  *localAddresses // nil without Config.LocalAddresses
 
@@ -210,6 +211,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ControllerName == "" {
 		cfg.ControllerName = translate.DefaultControllerName
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
 	if cfg.LeaderElectionID == "" {
 		cfg.LeaderElectionID = DefaultLeaderElectionID
 	}
@@ -236,6 +240,11 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ReadOnly {
 		cfg.LeaderElection, cfg.Provision = false, nil
 	}
+	// With a local proxy the process campaigns itself (leaderGroup), so that a lost Lease
+	// stops only the elected work, never the proxy; with --provision the manager's own
+	// election runs the provisioner's controllers too.
+	campaign := cfg.LeaderElection && cfg.Provision == nil
+	var elected []elected
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
@@ -244,7 +253,7 @@ func New(cfg Config) (*Controller, error) {
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"}, // snigate has its own /metrics
 		HealthProbeBindAddress:        cfg.HealthProbeAddress,
-		LeaderElection:                cfg.LeaderElection,
+		LeaderElection:                cfg.LeaderElection && !campaign,
 		LeaderElectionID:              cfg.LeaderElectionID,
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
@@ -286,8 +295,10 @@ func New(cfg Config) (*Controller, error) {
 		},
 	}
 	if !cfg.ReadOnly {
-		c.writer = newStatusWriter(mgr.GetClient(), mgr.GetAPIReader(), cfg.ControllerName, cfg.Logger.With("component", "status-writer"))
-		if err := mgr.Add(c.writer); err != nil {
+		c.writer = newStatusWriter(mgr.GetClient(), mgr.GetAPIReader(), cfg.ControllerName, cfg.Metrics, cfg.Logger.With("component", "status-writer"))
+		if campaign {
+			elected = append(elected, c.writer)
+		} else if err := mgr.Add(c.writer); err != nil {
 			return nil, err
 		}
 		pc.Publish = c.writer.Publish
@@ -374,7 +385,9 @@ func New(cfg Config) (*Controller, error) {
 			}))
 			b = b.Watches(&rbacv1.Role{}, all, anchored).Watches(&rbacv1.RoleBinding{}, all, anchored)
 		}
-		if err := mgr.Add(c.tenants); err != nil {
+		if campaign {
+			elected = append(elected, c.tenants)
+		} else if err := mgr.Add(c.tenants); err != nil {
 			return nil, err
 		}
 		if certManager {
@@ -428,6 +441,14 @@ func New(cfg Config) (*Controller, error) {
 	if c.pipe, err = pipeline.New(pc); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	if campaign {
+		if c.leader, err = newLeaderGroup(cfg, cfg.Logger.With("component", "leader"), elected...); err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(c.leader); err != nil {
+			return nil, err
+		}
+	}
 	c.interned = newInterner(len(c.kinds))
 	if err := b.Complete(reconcile.Func(c.reconcile)); err != nil {
 		return nil, fmt.Errorf("cluster: controller: %w", err)
@@ -435,9 +456,19 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Start runs the manager until ctx is done. It returns an error when the manager fails, for
-// example when this replica loses its leader lease.
+// Start runs the manager until ctx is done. It returns an error when the manager fails. A
+// lost leader Lease stops only the status writer and the tenant applier (they start again
+// when this replica wins it back), except with Provision, where it ends the manager.
 func (c *Controller) Start(ctx context.Context) error { return c.mgr.Start(ctx) }
+
+// Leading reports whether this replica holds the leader Lease now (always true without
+// LeaderElection; with Provision, false: the manager's election is not observed).
+func (c *Controller) Leading() bool {
+	if c.leader != nil {
+		return c.leader.leading.Load()
+	}
+	return !c.cfg.LeaderElection
+}
 
 // Client returns the manager's (cached) client.
 func (c *Controller) Client() client.Client { return c.mgr.GetClient() }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
@@ -371,7 +372,7 @@ func testConflictRetried(t *testing.T, cl client.Client) {
 	}
 	r := &staleReader{Client: cl, stale: &stale}
 	api := &staleReader{Client: cl}
-	w := newStatusWriter(r, api, translate.DefaultControllerName, slog.New(slog.DiscardHandler))
+	w := newStatusWriter(r, api, translate.DefaultControllerName, metrics.New(), slog.New(slog.DiscardHandler))
 	err := writeOne(ctx, w, &gwv1.GatewayClass{}, "", "other", func(o *gwv1.GatewayClass) bool {
 		next := o.Status.DeepCopy()
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: "Probe", Status: metav1.ConditionTrue, Reason: "Probe", ObservedGeneration: o.Generation})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/translate"
 )
@@ -37,6 +39,7 @@ type statusWriter struct {
 
 	latest[translate.Status]              // what to write next, and the write loop
 	writes                   atomic.Int64 // status updates sent (tests, logs)
+	metrics                  *metrics.Metrics
 
 	// ensured is, per object, the desired status this writer last brought it in line with
 	// (written, or found so): a pass skips every object whose desired status did not
@@ -72,9 +75,9 @@ var (
 	_ manager.LeaderElectionRunnable = (*statusWriter)(nil)
 )
 
-func newStatusWriter(c client.Client, api client.Reader, controllerName string, log *slog.Logger) *statusWriter {
+func newStatusWriter(c client.Client, api client.Reader, controllerName string, m *metrics.Metrics, log *slog.Logger) *statusWriter {
 	return &statusWriter{
-		cached: c, api: api, controllerName: gwv1.GatewayController(controllerName), log: log,
+		cached: c, api: api, controllerName: gwv1.GatewayController(controllerName), log: log, metrics: m,
 		retryAfter: time.Second, latest: newLatest[translate.Status](),
 	}
 }
@@ -89,6 +92,13 @@ func (w *statusWriter) Publish(s *translate.Status) { w.publish(s) }
 // tried again after retryAfter (or sooner, when a newer status arrives).
 func (w *statusWriter) Start(ctx context.Context) error {
 	w.log.Info("status writer started (leader)")
+	w.metrics.Leader.Set(1)
+	defer w.metrics.Leader.Set(0)
+	// A new term: what this writer ensured before may have been changed by another leader
+	// meanwhile (reads, not writes, make sure of it), and the latest status is written even
+	// if nothing new is published.
+	w.ensured = nil
+	w.again()
 	return w.run(ctx, w.retryAfter, w.log, "writing status", w.write)
 }
 
@@ -238,6 +248,7 @@ func writeOne[T client.Object](ctx context.Context, w *statusWriter, obj T, name
 			return err
 		}
 		w.writes.Add(1)
+		w.metrics.StatusWrites.WithLabelValues(kindName(obj)).Inc()
 		w.log.Debug("status written", "kind", fmt.Sprintf("%T", obj), "namespace", namespace, "name", name)
 		return nil
 	})
@@ -248,6 +259,16 @@ func writeOne[T client.Object](ctx context.Context, w *statusWriter, obj T, name
 		return fmt.Errorf("%T %s: %w", obj, key, err)
 	}
 	return nil
+}
+
+// kindName is the kind of a typed object, from its Go type (typed objects read from the
+// cache carry no TypeMeta).
+func kindName(o client.Object) string {
+	t := reflect.TypeOf(o)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Name()
 }
 
 // writeRoutes reconciles our entries in status.parents of every route of one kind: routes in

@@ -74,6 +74,7 @@ type tenantApplier struct {
 	applied *applied
 	// applies and statusWrites count the server-side applies and status updates sent.
 	applies, statusWrites atomic.Int64
+	metrics               *metrics.Metrics // nil in tests
 }
 
 type tenantInput struct {
@@ -90,7 +91,7 @@ var (
 // newTenantApplier returns the applier; verdict is called when a certificate probe's verdict
 // changes (the controller renders again).
 func newTenantApplier(cl client.Client, certManager bool, m *metrics.Metrics, log *slog.Logger, verdict func()) *tenantApplier {
-	a := &tenantApplier{cl: cl, certManager: certManager, log: log, latest: newLatest[tenantInput](), applied: newApplied()}
+	a := &tenantApplier{cl: cl, certManager: certManager, log: log, latest: newLatest[tenantInput](), applied: newApplied(), metrics: m}
 	po := probe.RunnerOptions{OnChange: verdict}
 	if m != nil {
 		po.Expiry, po.Probes = m.BackendCertificateExpiry, m.CertificateProbes
@@ -138,6 +139,7 @@ func (a *tenantApplier) renderInputs(ctx context.Context, o *render.Options) err
 func (a *tenantApplier) Start(ctx context.Context) error {
 	a.log.Info("tenant applier started (leader)", "certManager", a.certManager)
 	go a.probes.Run(ctx)
+	a.again() // a new term applies the latest render even if nothing new is published
 	return a.run(ctx, time.Second, a.log, "applying what the TenantGateways render", a.apply)
 }
 

@@ -187,6 +187,9 @@ func updateStatus[T any, PT interface {
 		return false, fmt.Errorf("status of %s %s/%s: %w", kind, obj.GetNamespace(), obj.GetName(), err)
 	}
 	a.statusWrites.Add(1)
+	if a.metrics != nil {
+		a.metrics.StatusWrites.WithLabelValues(kind).Inc()
+	}
 	a.applied.statusDone(kind, uid, want)
 	return true, nil
 }
