@@ -166,8 +166,9 @@ func parsePEM(s string) []*x509.Certificate {
 }
 
 // runPasses renders the passes in order, as a controller would (see goldenPass), and
-// returns the last Result. reversed reverses every input list first.
-func runPasses(passes []goldenPass, reversed bool) *Result {
+// returns the last Result. reversed reverses every input list first; memo, when set, is
+// kept across the passes as the controller keeps it.
+func runPasses(passes []goldenPass, reversed bool, memo *GuardMemo) *Result {
 	var prev *Result
 	for i, p := range passes {
 		in := p.in
@@ -190,7 +191,7 @@ func runPasses(passes []goldenPass, reversed bool) *Result {
 			in = Input{TrustAnchors: rev(in.TrustAnchors), Secrets: rev(in.Secrets), Roles: rev(in.Roles), RoleBindings: rev(in.RoleBindings)}
 		}
 		day := metav1.NewTime(fixedNow.AddDate(0, 0, i))
-		opts := Options{Now: func() metav1.Time { return day }, Previous: prev, InUse: p.inUse}
+		opts := Options{Now: func() metav1.Time { return day }, Previous: prev, InUse: p.inUse, Memo: memo}
 		if p.restart {
 			opts.Previous = nil
 		}
@@ -260,9 +261,16 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := renderGolden(t, runPasses(passes, false))
-			if again := renderGolden(t, runPasses(passes, true)); again != got {
+			got := renderGolden(t, runPasses(passes, false, nil))
+			if again := renderGolden(t, runPasses(passes, true, nil)); again != got {
 				t.Errorf("output depends on input order:\n%s", cmp.Diff(got, again))
+			}
+			// Guard's memo changes nothing, whatever the order (its entries are shared).
+			memo := &GuardMemo{}
+			for _, reversed := range []bool{false, true, false} {
+				if withMemo := renderGolden(t, runPasses(passes, reversed, memo)); withMemo != got {
+					t.Errorf("output with Guard's memo (reversed %v) differs:\n%s", reversed, cmp.Diff(got, withMemo))
+				}
 			}
 			outFile := strings.TrimSuffix(in, ".in.yaml") + ".out.yaml"
 			if *update {

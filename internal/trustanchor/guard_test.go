@@ -243,3 +243,33 @@ func FuzzGuard(f *testing.F) {
 		}
 	})
 }
+
+// GuardMemo answers as Guard does, shares nothing an append could change, and forgets what a
+// Render did not use.
+func TestGuardMemo(t *testing.T) {
+	ca25, key := readPKI(t, "ca-2025.crt"), readPKI(t, "leaf-2025.key")
+	m := &GuardMemo{}
+	for range 2 {
+		for _, data := range [][]byte{ca25, key} {
+			wantCerts, wantReason, wantMsg := Guard(data)
+			certs, reason, msg := m.guard(data)
+			if len(certs) != len(wantCerts) || reason != wantReason || msg != wantMsg {
+				t.Fatalf("memo: %d certs %q %q; Guard: %d certs %q %q", len(certs), reason, msg, len(wantCerts), wantReason, wantMsg)
+			}
+		}
+	}
+	certs, _, _ := m.guard(ca25)
+	_ = append(certs, nil)
+	if again, _, _ := m.guard(ca25); len(again) != len(certs) || cap(again) != len(again) {
+		t.Errorf("an append reached the memo: %d certs, capacity %d", len(again), cap(again))
+	}
+	m.rotate()
+	m.guard(ca25) // used by the next Render: kept
+	m.rotate()
+	if _, ok := m.last[string(key)]; ok {
+		t.Error("an entry no Render used is kept")
+	}
+	if _, ok := m.last[string(ca25)]; !ok {
+		t.Error("an entry the last Render used is forgotten")
+	}
+}

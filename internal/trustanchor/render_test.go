@@ -386,7 +386,7 @@ func TestGrantIsNarrow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := runPasses(passes, false)
+		out := runPasses(passes, false, nil)
 		secrets := map[string]bool{}
 		for _, s := range out.Secrets {
 			secrets[s.Name] = true

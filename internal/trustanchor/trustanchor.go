@@ -7,12 +7,12 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,6 +56,9 @@ type Options struct {
 	// (unknown is not unused). A TrustAnchor missing from a non-nil map has no backend
 	// serving a chain, and its previous CAs go.
 	InUse map[types.NamespacedName][]*x509.Certificate
+	// Memo, when set, keeps Guard's verdicts from one Render to the next (nil: every
+	// bundle is parsed on every call).
+	Memo *GuardMemo
 }
 
 // Input is what Render reads: the TrustAnchors, and the Secrets, Roles and RoleBindings of
@@ -124,6 +127,7 @@ func Render(in Input, opts Options) *Result {
 		opts.Now = metav1.Now
 	}
 	r := &renderer{in: in, opts: opts, out: &Result{}, claimed: map[objectKey]string{}}
+	r.index()
 	anchors := slices.Clone(in.TrustAnchors)
 	// Two TrustAnchors of a namespace may name one release: the older renders it (then the
 	// name), the other says NameCollision. One that already controls the objects keeps them
@@ -141,6 +145,7 @@ func Render(in Input, opts Options) *Result {
 	sortObjects(r.out.Secrets)
 	sortObjects(r.out.Roles)
 	sortObjects(r.out.RoleBindings)
+	opts.Memo.rotate()
 	if p := opts.Previous; p != nil {
 		r.out.Secrets = reuse(r.out.Secrets, p.Secrets)
 		r.out.Roles = reuse(r.out.Roles, p.Roles)
@@ -154,6 +159,49 @@ type renderer struct {
 	opts    Options
 	out     *Result
 	claimed map[objectKey]string // rendered so far → "TrustAnchor <ns>/<name>"
+
+	// Lookups by name and by namespace, made once a Render: a TrustAnchor looks up several
+	// objects, and scanning every Secret of the cluster for each of a thousand TrustAnchors
+	// made a change quadratic in the number of tenants.
+	secrets        map[[2]string]*corev1.Secret
+	roles          map[[2]string]*rbacv1.Role
+	bindings       map[[2]string]*rbacv1.RoleBinding
+	secretsNS      map[string][]*corev1.Secret
+	bindingsNS     map[string][]*rbacv1.RoleBinding
+	prevSecretsNS  map[string][]*corev1.Secret
+	prevBindingsNS map[string][]*rbacv1.RoleBinding
+	prevAnchors    map[[2]string]int
+}
+
+func (r *renderer) index() {
+	r.secrets, r.roles, r.bindings = byName(r.in.Secrets), byName(r.in.Roles), byName(r.in.RoleBindings)
+	r.secretsNS, r.bindingsNS = byNamespace(r.in.Secrets), byNamespace(r.in.RoleBindings)
+	if p := r.opts.Previous; p != nil {
+		r.prevSecretsNS, r.prevBindingsNS = byNamespace(p.Secrets), byNamespace(p.RoleBindings)
+		r.prevAnchors = make(map[[2]string]int, len(p.Anchors))
+		for i, a := range p.Anchors {
+			r.prevAnchors[[2]string{a.Namespace, a.Name}] = i
+		}
+	}
+}
+
+func byName[T metav1.Object](objs []T) map[[2]string]T {
+	m := make(map[[2]string]T, len(objs))
+	for _, o := range objs {
+		k := [2]string{o.GetNamespace(), o.GetName()}
+		if _, dup := m[k]; !dup { // the first, as a scan would find
+			m[k] = o
+		}
+	}
+	return m
+}
+
+func byNamespace[T metav1.Object](objs []T) map[string][]T {
+	m := map[string][]T{}
+	for _, o := range objs {
+		m[o.GetNamespace()] = append(m[o.GetNamespace()], o)
+	}
+	return m
 }
 
 type objectKey struct{ kind, namespace, name string }
@@ -208,7 +256,7 @@ func (r *renderer) anchor(src *v1alpha1.TrustAnchor) {
 		keepPrevious(v1alpha1.ReasonSourceNotFound, fmt.Sprintf("spec.sourceSecretRef: %s has no key %q (its keys: %s)", source, ref.Key, keys(s.Data)), true)
 		return
 	}
-	certs, reason, msg := Guard(data)
+	certs, reason, msg := r.opts.Memo.guard(data)
 	if reason != "" {
 		msg = fmt.Sprintf("spec.sourceSecretRef: %s key %q: %s", source, ref.Key, msg)
 		if reason == v1alpha1.ReasonContainsPrivateKey {
@@ -289,9 +337,9 @@ func (r *renderer) taken(t *v1alpha1.TrustAnchor, kind, name string) string {
 	case "Secret":
 		o = asObject(r.secret(t.Namespace, name))
 	case "Role":
-		o = asObject(find(r.in.Roles, t.Namespace, name))
+		o = asObject(r.roles[[2]string{t.Namespace, name}])
 	case "RoleBinding":
-		o = asObject(find(r.in.RoleBindings, t.Namespace, name))
+		o = asObject(r.bindings[[2]string{t.Namespace, name}])
 	}
 	if o != nil && !controlledBy(o, t) {
 		return fmt.Sprintf("%s %s/%s exists and is not this TrustAnchor's: it is never overwritten; delete it or choose another spec.release", kind, t.Namespace, name)
@@ -389,12 +437,12 @@ func (r *renderer) previous(src, t *v1alpha1.TrustAnchor) *projection {
 		mine := func(o metav1.Object) bool {
 			return o.GetNamespace() == t.Namespace && o.GetLabels()[LabelTrustAnchor] == t.Name && (t.UID == "" || controlledBy(o, t))
 		}
-		secrets, bindings, listed = filter(r.opts.Previous.Secrets, mine), filter(r.opts.Previous.RoleBindings, mine), pa.Status.Certificates
+		secrets, bindings, listed = filter(r.prevSecretsNS[t.Namespace], mine), filter(r.prevBindingsNS[t.Namespace], mine), pa.Status.Certificates
 	} else {
 		mine := func(o metav1.Object) bool {
 			return o.GetNamespace() == t.Namespace && o.GetLabels()[LabelTrustAnchor] == t.Name && controlledBy(o, t)
 		}
-		secrets, bindings, listed = filter(r.in.Secrets, mine), filter(r.in.RoleBindings, mine), src.Status.Certificates
+		secrets, bindings, listed = filter(r.secretsNS[t.Namespace], mine), filter(r.bindingsNS[t.Namespace], mine), src.Status.Certificates
 	}
 	// One release at a time; during a change of spec.release the current one's first.
 	want := SecretName(cmp.Or(t.Spec.Release, t.Name))
@@ -406,7 +454,7 @@ func (r *renderer) previous(src, t *v1alpha1.TrustAnchor) *projection {
 		if !ok {
 			continue
 		}
-		certs, reason, _ := Guard(s.Data[BundleKey])
+		certs, reason, _ := r.opts.Memo.guard(s.Data[BundleKey])
 		if reason != "" {
 			continue
 		}
@@ -430,10 +478,8 @@ func (r *renderer) previousAnchor(t *v1alpha1.TrustAnchor) *Anchor {
 	if r.opts.Previous == nil {
 		return nil
 	}
-	for i, a := range r.opts.Previous.Anchors {
-		if a.Namespace == t.Namespace && a.Name == t.Name {
-			return &r.opts.Previous.Anchors[i]
-		}
+	if i, ok := r.prevAnchors[[2]string{t.Namespace, t.Name}]; ok {
+		return &r.opts.Previous.Anchors[i]
 	}
 	return nil
 }
@@ -454,7 +500,7 @@ func (r *renderer) inUse(t *v1alpha1.TrustAnchor, ca *x509.Certificate) bool {
 	return false
 }
 
-func (r *renderer) secret(ns, name string) *corev1.Secret { return find(r.in.Secrets, ns, name) }
+func (r *renderer) secret(ns, name string) *corev1.Secret { return r.secrets[[2]string{ns, name}] }
 
 // objectMeta is the metadata of every rendered object: t's namespace, its label and, when t has a
 // UID (it was read from a cluster), t as controller. An owner reference without a UID is
@@ -550,16 +596,6 @@ func asObject[T metav1.Object](o T) metav1.Object {
 	return o
 }
 
-func find[T metav1.Object](objs []T, ns, name string) T {
-	for _, o := range objs {
-		if o.GetNamespace() == ns && o.GetName() == name {
-			return o
-		}
-	}
-	var zero T
-	return zero
-}
-
 func filter[T metav1.Object](objs []T, keep func(metav1.Object) bool) []T {
 	var out []T
 	for _, o := range objs {
@@ -584,7 +620,10 @@ func reuse[T metav1.Object](objs, prev []T) []T {
 		byKey[[2]string{p.GetNamespace(), p.GetName()}] = p
 	}
 	for i, o := range objs {
-		if p, ok := byKey[[2]string{o.GetNamespace(), o.GetName()}]; ok && equality.Semantic.DeepEqual(o, p) {
+		// Both are this package's own output (never decoded from the API server): reflect's
+		// equality is exact for them, and several times faster than the semantic one on a
+		// thousand Secrets a change.
+		if p, ok := byKey[[2]string{o.GetNamespace(), o.GetName()}]; ok && reflect.DeepEqual(o, p) {
 			objs[i] = p
 		}
 	}

@@ -64,6 +64,11 @@ type tenantApplier struct {
 
 	// anchors is the last TrustAnchor projection applied without error.
 	anchors *trustanchor.Result
+	// guards keeps the TrustAnchor bundles' checks from one render to the next, and
+	// anchorCopies the typed copies of their objects (anchorObjects): a pass compares an
+	// unchanged object by pointer, not by content, a thousand times a change.
+	guards       trustanchor.GuardMemo
+	anchorCopies map[client.Object]client.Object
 	// probes probes the DatabaseExposures' backend certificates (leader only, like the
 	// applier); a changed verdict makes the applier render again.
 	probes *probe.Runner
@@ -154,7 +159,7 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	var errs []error
 	errs = append(errs, a.stampNamespaces(ctx, in.res)...)
 	want := map[objectKey]bool{}
-	objs := append(renderedObjects(out, a.certManager), anchorObjects(anchors)...)
+	objs := append(renderedObjects(out, a.certManager), a.anchorObjects(anchors)...)
 	lv, err := liveIndex(ctx, a.cl, objs)
 	if err != nil {
 		return err
@@ -215,21 +220,33 @@ func (a *tenantApplier) renderAnchors(ctx context.Context, res *resources.Resour
 	for i := range bindings.Items {
 		in.RoleBindings = append(in.RoleBindings, &bindings.Items[i])
 	}
-	return trustanchor.Render(in, trustanchor.Options{Previous: a.anchors, InUse: a.inUse(rendered)}), nil
+	return trustanchor.Render(in, trustanchor.Options{Previous: a.anchors, InUse: a.inUse(rendered), Memo: &a.guards}), nil
 }
 
-// anchorObjects lists what a TrustAnchor projection holds for the API server.
-func anchorObjects(r *trustanchor.Result) []client.Object {
-	var objs []client.Object
+// anchorObjects lists what a TrustAnchor projection holds for the API server: copies with
+// their kind set, the same copy as last pass for an object the render kept (the render
+// hands back its previous pointer for an unchanged object).
+func (a *tenantApplier) anchorObjects(r *trustanchor.Result) []client.Object {
+	objs := make([]client.Object, 0, len(r.Secrets)+len(r.Roles)+len(r.RoleBindings))
+	next := make(map[client.Object]client.Object, cap(objs))
+	add := func(o client.Object, gvk schema.GroupVersionKind) {
+		c, ok := a.anchorCopies[o]
+		if !ok {
+			c = withKind(o, gvk)
+		}
+		next[o] = c
+		objs = append(objs, c)
+	}
 	for _, s := range r.Secrets {
-		objs = append(objs, withKind(s, corev1.SchemeGroupVersion.WithKind("Secret")))
+		add(s, corev1.SchemeGroupVersion.WithKind("Secret"))
 	}
 	for _, o := range r.Roles {
-		objs = append(objs, withKind(o, rbacv1.SchemeGroupVersion.WithKind("Role")))
+		add(o, rbacv1.SchemeGroupVersion.WithKind("Role"))
 	}
 	for _, o := range r.RoleBindings {
-		objs = append(objs, withKind(o, rbacv1.SchemeGroupVersion.WithKind("RoleBinding")))
+		add(o, rbacv1.SchemeGroupVersion.WithKind("RoleBinding"))
 	}
+	a.anchorCopies = next
 	return objs
 }
 
