@@ -6,7 +6,9 @@
 #
 #   bench/cpscale.sh            full: 10, 100 and 1 000 tenants × 10 exposures (30 trials each),
 #                               then 10 000 on one tenant; writes bench/results/cpscale.json and
-#                               bench/results/control-plane.md, then renders docs/performance.md
+#                               bench/results/control-plane.md (with the last full run, kept in
+#                               bench/results/runs/cpscale-<time>.json), then renders
+#                               docs/performance.md
 #   bench/cpscale.sh --smoke    the 10 × 10 step, 5 trials, to a temp folder (CI): fails on
 #                               errors, never on missed targets
 #
@@ -17,14 +19,21 @@ cd "$(dirname "$0")/.."
 mode=full
 if [[ ${1:-} == --smoke ]]; then mode=smoke; fi
 export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-$HOME/.cache/snigate/kube-1.36.3}"
+previous=
 if [[ $mode == full ]]; then
 	out=$PWD/bench/results/cpscale.json md=$PWD/bench/results/control-plane.md
+	# The last full run is kept in bench/results/runs/ and shown after the new one.
+	if [[ -f $out ]]; then
+		previous=$PWD/bench/results/runs/cpscale-$(date -u -r "$out" +%Y%m%dT%H%M%S).json
+		cp "$out" "$previous"
+	fi
 else
 	tmp=$(mktemp -d /tmp/snigate-cpscale.XXXXXX)
 	trap 'rm -rf "$tmp"' EXIT
 	out=$tmp/cpscale.json md=$tmp/control-plane.md
 fi
 SNIGATE_CPSCALE_KEEP=${SNIGATE_CPSCALE_KEEP:-} SNIGATE_CPSCALE=$mode SNIGATE_CPSCALE_OUT=$out SNIGATE_CPSCALE_MD=$md \
+	SNIGATE_CPSCALE_PREVIOUS=$previous SNIGATE_CPSCALE_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || true) \
 	go test -count=1 -timeout 150m -run TestControlPlaneScale -v ./bench/cpscale 2>&1 | grep -v '^\s*{"time' | tail -n 60
 if [[ $mode == full ]]; then
 	bash bench/run.sh --render

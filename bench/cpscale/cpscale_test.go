@@ -61,13 +61,26 @@ func TestControlPlaneScale(t *testing.T) {
 			results = append(results, e.measure(t, "one tenant", solo, trials, ns, ns))
 		})
 	}
+	run := Run{Time: time.Now().UTC(), Mode: mode, Commit: os.Getenv("SNIGATE_CPSCALE_COMMIT"), Steps: results}
 	if md := os.Getenv("SNIGATE_CPSCALE_MD"); md != "" {
-		if err := os.WriteFile(md, []byte(Section(results, time.Now().UTC().Format("2006-01-02"))), 0o644); err != nil {
+		// SNIGATE_CPSCALE_PREVIOUS: the last full run's JSON, shown after this one.
+		var prev *Run
+		if p := os.Getenv("SNIGATE_CPSCALE_PREVIOUS"); p != "" {
+			b, err := os.ReadFile(p)
+			if err == nil {
+				prev = &Run{}
+				err = json.Unmarshal(b, prev)
+			}
+			if err != nil {
+				t.Fatalf("SNIGATE_CPSCALE_PREVIOUS: %v", err)
+			}
+		}
+		if err := os.WriteFile(md, []byte(Section(run, prev)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if out := os.Getenv("SNIGATE_CPSCALE_OUT"); out != "" {
-		b, _ := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "mode": mode, "steps": results}, "", "  ")
+		b, _ := json.MarshalIndent(run, "", "  ")
 		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Step is one step's numbers.
@@ -102,10 +103,11 @@ func toFloats(v []int) []float64 {
 // Section is the Markdown section docs/performance.md shows (bench/results/control-plane.md,
 // which bench/run.sh --render puts before the notes): how it was measured, the steps, and
 // the targets judged on the largest step of each shape.
-func Section(steps []Step, when string) string {
+func Section(run Run, previous *Run) string {
+	steps := run.Steps
 	var b strings.Builder
 	b.WriteString("## 8. The control plane at scale\n\n")
-	fmt.Fprintf(&b, "bench/cpscale.sh (%s): a real kube-apiserver and etcd with the install's RBAC, `snigate controller`\n", when)
+	b.WriteString("bench/cpscale.sh: a real kube-apiserver and etcd with the install's RBAC, `snigate controller`\n")
 	b.WriteString("with its local proxy as the install's ServiceAccount, a TLS backend in a network namespace; tenants\n")
 	b.WriteString("sharing one platform Gateway (a TenantGateway each with `parentGatewayRef`: a ListenerSet), each with a\n")
 	b.WriteString("TrustAnchor, a Service and 10 DatabaseExposures (redis, on the shared engine listener), then one\n")
@@ -116,8 +118,38 @@ func Section(steps []Step, when string) string {
 	b.WriteString("informer on the same API server seeing the same create and delete. Writes: the controller's\n")
 	b.WriteString("create, update, patch and delete requests for one new exposure, from the API server's audit log\n")
 	b.WriteString("(from the create until it served, and a second more).\n\n")
+	fmt.Fprintf(&b, "This run, %s, commit %s:\n\n", run.Time.Format("2006-01-02 15:04 MST"), or(run.Commit, "unknown"))
 	b.WriteString(Markdown(steps))
-	b.WriteString("\n| target | measured | |\n|---|---|---|\n")
+	b.WriteString("\n")
+	b.WriteString(targets(steps))
+	if previous != nil {
+		fmt.Fprintf(&b, "\nThe full run before it, %s, commit %s:\n\n", previous.Time.Format("2006-01-02 15:04 MST"), or(previous.Commit, "unknown"))
+		b.WriteString(Markdown(previous.Steps))
+		b.WriteString("\n")
+		b.WriteString(targets(previous.Steps))
+	}
+	return b.String()
+}
+
+// Run is one run's results, as bench/results/cpscale.json holds them.
+type Run struct {
+	Time   time.Time `json:"time"`
+	Mode   string    `json:"mode"`
+	Commit string    `json:"commit,omitempty"`
+	Steps  []Step    `json:"steps"`
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// targets judges the targets on the largest step of each shape.
+func targets(steps []Step) string {
+	var b strings.Builder
+	b.WriteString("| target | measured | |\n|---|---|---|\n")
 	for _, shape := range []string{"shared", "one tenant"} {
 		var last *Step
 		for i := range steps {
