@@ -14,12 +14,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/source/cluster"
@@ -35,44 +37,7 @@ import (
 // and serves changes made after. Then a leader hand-over: a second replica serves all along
 // while the first stops, wins the Lease, and writes only what changes.
 func TestControllerOutlivesAPIServerOutage(t *testing.T) {
-	needBinary(t)
-	if os.Geteuid() != 0 {
-		testutil.Require(t, "root (network namespaces for the backend)", errors.New("not root"))
-	}
-	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: kubetest.StandardCRDs(t)})
-	sch, err := cluster.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(env.Config, client.Options{Scheme: sch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := testutil.NewCA(t)
-	cert := ca.Issue(t, "a.example.test", "b.example.test", "c.example.test")
-	host := testutil.NetnsHost(t, "outage")
-	const backendPort = 9443
-	certFile, keyFile := cert.WriteFiles(t, t.TempDir())
-	host.Start(t, snigateBin, "echo", "--listen", net.JoinHostPort(host.IP.String(), strconv.Itoa(backendPort)),
-		"--name", "db", "--cert", certFile, "--key", keyFile)
-	waitListening(t, net.JoinHostPort(host.IP.String(), strconv.Itoa(backendPort)))
-	port := testutil.FreePort(t)
-	apply(t, cl, fixture.Docs(`apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: snigate}
-spec: {controllerName: snigate.dev/gateway-controller}
-`, `apiVersion: v1
-kind: Namespace
-metadata: {name: apps}
-`, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: edge, namespace: apps}
-spec:
-  gatewayClassName: snigate
-  listeners:
-  - {name: tls, protocol: TLS, port: %d, hostname: "*.example.test", tls: {mode: Passthrough}}
-`, port), outageRoute("a"), fixture.ServiceYAML("apps", "db", 443, backendPort, host.IP.String())))
-
+	env, cl, ca, port := echoCluster(t)
 	// The controller reaches the API server through a link the test cuts.
 	base, _, err := rest.DefaultServerUrlFor(env.Config)
 	if err != nil {
@@ -225,6 +190,52 @@ func (l *load) stop() (ok, failed int64, first any) {
 	return l.ok.Load(), l.failed.Load(), l.first.Load()
 }
 
+// echoCluster starts an API server holding a Gateway apps/edge (one TLS passthrough
+// listener on a free port, *.example.test) and the TLSRoute a.example.test to the Service
+// db: an echo backend in a network namespace, its certificate for a, b and c.example.test.
+func echoCluster(t *testing.T) (*envtest.Environment, client.Client, *testutil.CA, int) {
+	t.Helper()
+	needBinary(t)
+	if os.Geteuid() != 0 {
+		testutil.Require(t, "root (network namespaces for the backend)", errors.New("not root"))
+	}
+	env := kubetest.StartAPIServer(t, kubetest.Options{CRDs: kubetest.StandardCRDs(t)})
+	sch, err := cluster.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(env.Config, client.Options{Scheme: sch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := testutil.NewCA(t)
+	cert := ca.Issue(t, "a.example.test", "b.example.test", "c.example.test")
+	host := testutil.NetnsHost(t, "outage")
+	const backendPort = 9443
+	certFile, keyFile := cert.WriteFiles(t, t.TempDir())
+	host.Start(t, snigateBin, "echo", "--listen", net.JoinHostPort(host.IP.String(), strconv.Itoa(backendPort)),
+		"--name", "db", "--cert", certFile, "--key", keyFile)
+	waitListening(t, net.JoinHostPort(host.IP.String(), strconv.Itoa(backendPort)))
+	port := testutil.FreePort(t)
+	apply(t, cl, fixture.Docs(`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: snigate}
+spec: {controllerName: snigate.dev/gateway-controller}
+`, `apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+`, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: apps}
+spec:
+  gatewayClassName: snigate
+  listeners:
+  - {name: tls, protocol: TLS, port: %d, hostname: "*.example.test", tls: {mode: Passthrough}}
+`, port), outageRoute("a"), fixture.ServiceYAML("apps", "db", 443, backendPort, host.IP.String())))
+
+	return env, cl, ca, port
+}
+
 // outageRoute is a TLSRoute <name>.example.test to the Service db on the Gateway apps/edge.
 func outageRoute(name string) string {
 	return fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
@@ -353,4 +364,71 @@ func echoOnce(addr, sni string, ca *testutil.CA) error {
 	}
 	defer c.Close()
 	return roundTrip(c, "ping")
+}
+
+// A data plane told to stop (a rollout's SIGTERM) refuses no one: /readyz fails at once while
+// new connections are still accepted for --shutdown-grace (the endpoints in front of it take
+// that long to drop it), then the listener closes and an open session goes on until it ends
+// or --drain-timeout passes; the process exits 0. `snigate dataplane` and `snigate
+// controller` stop alike (cmd/snigate/shutdown.go); the controller with its proxy is what
+// this test can start without a kubelet.
+func TestControllerStopsWithoutRefusing(t *testing.T) {
+	env, _, ca, port := echoCluster(t)
+	const grace, drain = 2 * time.Second, 3 * time.Second
+	g := startSnigate(t, "", "controller", "--kubeconfig", writeKubeconfig(t, env), "--bind", "127.0.0.1",
+		"--leader-elect=false", "--shutdown-grace", grace.String(), "--drain-timeout", drain.String())
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	kubetest.Eventually(t, clusterWait, "route a served", func() error { return echoOnce(addr, "a.example.test", ca) })
+	held := dialEcho(t, addr, "a.example.test", ca)
+	defer held.Close()
+
+	g.signal(t, syscall.SIGTERM)
+	stopped := time.Now()
+	kubetest.Eventually(t, time.Second, "/readyz failing at once", func() error {
+		code, body, err := g.get("/readyz")
+		if err != nil || code != 503 || !strings.Contains(string(body), "draining") {
+			return fmt.Errorf("/readyz %d %q %v", code, body, err)
+		}
+		return nil
+	})
+	// During the grace: accepted as before.
+	accepted := 0
+	for time.Since(stopped) < grace-500*time.Millisecond {
+		if err := echoOnce(addr, "a.example.test", ca); err != nil {
+			t.Fatalf("a new connection %s into the grace failed: %v", time.Since(stopped).Round(time.Millisecond), err)
+		}
+		accepted++
+		time.Sleep(50 * time.Millisecond)
+	}
+	// After it: refused, while the held session goes on.
+	kubetest.Eventually(t, grace+2*time.Second, "the listener closed after the grace", func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return errors.New("still accepting")
+		}
+		return nil
+	})
+	closedAfter := time.Since(stopped)
+	if err := roundTrip(held, "during the drain"); err != nil {
+		t.Errorf("held session during the drain: %v", err)
+	}
+	select {
+	case <-g.exited:
+		t.Fatalf("exited during the drain: %v", g.exitErr)
+	default:
+	}
+	select {
+	case <-g.exited:
+	case <-time.After(grace + drain + 5*time.Second):
+		t.Fatal("not exited after the grace and the drain")
+	}
+	if g.exitErr != nil {
+		t.Errorf("exit: %v, want 0", g.exitErr)
+	}
+	t.Logf("%d new connections accepted during the grace; listener closed %s after SIGTERM; exited %s after it (grace %s, drain %s)",
+		accepted, closedAfter.Round(10*time.Millisecond), time.Since(stopped).Round(10*time.Millisecond), grace, drain)
+	if closedAfter < grace {
+		t.Errorf("the listener closed %s after SIGTERM, before the grace of %s", closedAfter, grace)
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -56,6 +54,7 @@ func runController(args []string) error {
 	retryPeriod := fs.Duration("leader-elect-retry-period", 2*time.Second, "how often a replica tries to take or renew the Lease")
 	probes := fs.String("health-probe-address", "", "address for the controller's /healthz and /readyz (empty disables)")
 	rf := addRunFlags(fs)
+	grace := shutdownGraceFlag(fs)
 	adminGuard := adminAuthFlag(fs)
 	localAddrs := fs.String("local-addresses", "", "prefix (e.g. 127.0.0.0/24) giving each Gateway without spec.addresses its own address, bound locally and written to status.addresses (tests, conformance)")
 	provisionOpts, lbPool := provisionFlags(fs) // dataplane.go
@@ -118,13 +117,14 @@ func runController(args []string) error {
 	if err != nil {
 		return err
 	}
-	closeAdmin, err := startAdmin(rf, m, c.Runner().State, log, guard)
+	sd := &shutdown{grace: *grace, log: log}
+	closeAdmin, err := startAdmin(rf, m, sd.state(c.Runner().State), log, guard)
 	if err != nil {
 		return err
 	}
 	defer closeAdmin()
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := sd.context()
 	defer stop()
 	log.Info("controller starting", "controllerName", *controllerName, "gateway", *gateway, "proxy", *serveProxy)
 	err = c.Start(ctx)

@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
-	"os/signal"
-	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -38,6 +36,7 @@ func runDataplane(args []string) error {
 	gateway := fs.String("gateway", "", "namespace/name of the Gateway to serve (required)")
 	controllerName := fs.String("controller-name", translate.DefaultControllerName, "GatewayClass controllerName to answer to")
 	rf := addRunFlags(fs)
+	grace := shutdownGraceFlag(fs)
 	adminGuard := adminAuthFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -73,12 +72,13 @@ func runDataplane(args []string) error {
 	if err != nil {
 		return err
 	}
-	closeAdmin, err := startAdmin(rf, m, c.Runner().State, log, guard)
+	sd := &shutdown{grace: *grace, log: log}
+	closeAdmin, err := startAdmin(rf, m, sd.state(c.Runner().State), log, guard)
 	if err != nil {
 		return err
 	}
 	defer closeAdmin()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := sd.context()
 	defer stop()
 	log.Info("data plane starting", "gateway", *gateway)
 	err = c.Start(ctx)

@@ -31,6 +31,9 @@ type State struct {
 	Ready bool `json:"ready"`
 	// Generation is the generation of the serving snapshot.
 	Generation uint64 `json:"generation"`
+	// Draining is true once the process was told to stop: readiness fails while it still
+	// accepts connections (--shutdown-grace), then it drains.
+	Draining bool `json:"draining,omitempty"`
 	// NoTraffic is true when this process carries no connections itself (a controller with
 	// --proxy=false, whose provisioned data planes serve the table): its open connection
 	// counts are not the gateway's.
@@ -95,7 +98,11 @@ func publicMux(m *metrics.Metrics, state func() State) *http.ServeMux {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !state().Ready {
+		switch st := state(); {
+		case st.Draining:
+			http.Error(w, "stopping: draining connections", http.StatusServiceUnavailable)
+			return
+		case !st.Ready:
 			http.Error(w, "no configuration applied yet", http.StatusServiceUnavailable)
 			return
 		}

@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -259,7 +260,25 @@ func TestProvisionOnRealAPIServer(t *testing.T) {
 				return fmt.Errorf("Deployment: replicas %d, image %s, args %v, serviceAccount %s",
 					*d.Spec.Replicas, c.Image, c.Args, d.Spec.Template.Spec.ServiceAccountName)
 			}
+			// Rollouts: none unavailable, the readiness grace and drain passed on, the
+			// kubelet's deadline past both (the defaults: 5 s + 30 s + 5 s).
+			if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable.IntValue() != 0 ||
+				!slices.Contains(c.Args, "--shutdown-grace=5s") || !slices.Contains(c.Args, "--drain-timeout=30s") ||
+				*d.Spec.Template.Spec.TerminationGracePeriodSeconds != 40 {
+				return fmt.Errorf("Deployment: strategy %+v, args %v, terminationGracePeriodSeconds %v",
+					d.Spec.Strategy, c.Args, d.Spec.Template.Spec.TerminationGracePeriodSeconds)
+			}
 			return errors.Join(owned(&d), labelled(&d))
+		})
+		kubetest.Eventually(t, 30*time.Second, "PodDisruptionBudget for the 2 replicas", func() error {
+			var pdb policyv1.PodDisruptionBudget
+			if err := cl.Get(ctx, name, &pdb); err != nil {
+				return err
+			}
+			if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+				return fmt.Errorf("maxUnavailable %v", pdb.Spec.MaxUnavailable)
+			}
+			return errors.Join(owned(&pdb), labelled(&pdb))
 		})
 		kubetest.Eventually(t, 30*time.Second, "ServiceAccount", func() error {
 			var sa corev1.ServiceAccount

@@ -43,6 +43,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,9 +128,10 @@ var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedB
 // Kubernetes source watches all of them as backends.
 func CacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&appsv1.Deployment{}:          {Label: managedSelector},
-		&corev1.ServiceAccount{}:      {Label: managedSelector},
-		&networkingv1.NetworkPolicy{}: {Label: managedSelector},
+		&appsv1.Deployment{}:            {Label: managedSelector},
+		&corev1.ServiceAccount{}:        {Label: managedSelector},
+		&networkingv1.NetworkPolicy{}:   {Label: managedSelector},
+		&policyv1.PodDisruptionBudget{}: {Label: managedSelector},
 	}
 }
 
@@ -280,11 +282,13 @@ func NetworkPolicy(gw *gwv1.Gateway, sets ...*gwv1.ListenerSet) *networkingv1ac.
 			WithIngress(rule))
 }
 
-// Deployment runs `snigate dataplane` for gw with image.
-func Deployment(gw *gwv1.Gateway, image string, pull corev1.PullPolicy, replicas int32) *appsv1ac.DeploymentApplyConfiguration {
+// Deployment runs `snigate dataplane` for gw with image; its Pods stop as stop says, and a
+// rollout replaces them one at a time, none unavailable (rollout.go).
+func Deployment(gw *gwv1.Gateway, image string, pull corev1.PullPolicy, replicas int32, stop Stop) *appsv1ac.DeploymentApplyConfiguration {
+	args := append([]string{"dataplane", "--gateway", gw.Namespace + "/" + gw.Name, "--log-format=json",
+		"--admin=127.0.0.1:" + strconv.Itoa(AdminPort), "--metrics=:" + strconv.Itoa(MetricsPort)}, stop.args()...)
 	c := corev1ac.Container().WithName("snigate").WithImage(image).
-		WithArgs("dataplane", "--gateway", gw.Namespace+"/"+gw.Name, "--log-format=json",
-			"--admin=127.0.0.1:"+strconv.Itoa(AdminPort), "--metrics=:"+strconv.Itoa(MetricsPort)).
+		WithArgs(args...).
 		WithPorts(corev1ac.ContainerPort().WithName("metrics").WithContainerPort(MetricsPort).WithProtocol(corev1.ProtocolTCP)).
 		WithReadinessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().WithPath("/readyz").WithPort(intstr.FromString("metrics")))).
 		WithLivenessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().WithPath("/healthz").WithPort(intstr.FromString("metrics")))).
@@ -297,6 +301,7 @@ func Deployment(gw *gwv1.Gateway, image string, pull corev1.PullPolicy, replicas
 		c.WithPorts(corev1ac.ContainerPort().WithContainerPort(p).WithProtocol(corev1.ProtocolTCP))
 	}
 	pod := corev1ac.PodSpec().WithServiceAccountName(Name(gw)).
+		WithTerminationGracePeriodSeconds(stop.terminationGracePeriodSeconds()).
 		WithSecurityContext(corev1ac.PodSecurityContext().WithRunAsNonRoot(true).WithRunAsUser(65532).
 			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault)).
 			// Listener ports below 1024 without root or capabilities (a "safe" sysctl).
@@ -305,7 +310,7 @@ func Deployment(gw *gwv1.Gateway, image string, pull corev1.PullPolicy, replicas
 	return appsv1ac.Deployment(Name(gw), gw.Namespace).
 		WithLabels(objectLabels(gw)).WithAnnotations(objectAnnotations(gw)).
 		WithOwnerReferences(ownerRef(gw)).
-		WithSpec(appsv1ac.DeploymentSpec().WithReplicas(replicas).
+		WithSpec(appsv1ac.DeploymentSpec().WithReplicas(replicas).WithStrategy(rollingUpdate()).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(gw))).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(objectLabels(gw)).WithAnnotations(objectAnnotations(gw)).
@@ -366,6 +371,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&gwv1.GatewayClass{}, byClass, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
@@ -401,6 +407,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		r.log.Warn("Gateway "+req.String()+": using 1 replica", "error", err)
 	}
+	stop, err := Stopping(&gw)
+	if err != nil {
+		r.log.Warn("Gateway "+req.String(), "error", err)
+	}
 	sets, err := r.attachedSets(ctx, &gw)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -410,11 +420,17 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return r.cl.Apply(ctx, ServiceAccount(&gw), client.FieldOwner(FieldOwner), client.ForceOwnership)
 		},
 		func() error {
-			d := Deployment(&gw, r.o.Image, r.o.ImagePullPolicy, replicas)
+			d := Deployment(&gw, r.o.Image, r.o.ImagePullPolicy, replicas, stop)
 			return r.cl.Apply(ctx, d, client.FieldOwner(FieldOwner), client.ForceOwnership)
 		},
 		func() error {
 			return r.cl.Apply(ctx, NetworkPolicy(&gw, sets...), client.FieldOwner(FieldOwner), client.ForceOwnership)
+		},
+		func() error {
+			if pdb := PodDisruptionBudget(&gw, replicas); pdb != nil {
+				return r.cl.Apply(ctx, pdb, client.FieldOwner(FieldOwner), client.ForceOwnership)
+			}
+			return r.deleteIfOwned(ctx, &policyv1.PodDisruptionBudget{}, &gw, Name(&gw))
 		},
 		func() error {
 			if svc := Service(&gw, sets...); svc != nil {
@@ -484,7 +500,7 @@ func (r *reconciler) ours(ctx context.Context, gw *gwv1.Gateway) (bool, error) {
 func (r *reconciler) prune(ctx context.Context, gw *gwv1.Gateway, keep string) error {
 	sel := client.MatchingLabels{LabelGatewayName: gw.Name, LabelManagedBy: managedBy, LabelComponent: component}
 	var errs []error
-	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{}, &networkingv1.NetworkPolicyList{}} {
+	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{}, &networkingv1.NetworkPolicyList{}, &policyv1.PodDisruptionBudgetList{}} {
 		if err := r.cl.List(ctx, l, client.InNamespace(gw.Namespace), sel); err != nil {
 			errs = append(errs, err)
 			continue
