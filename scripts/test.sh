@@ -35,6 +35,7 @@ fuzz FuzzParseGreeting ./internal/probe/
 fuzz FuzzParse ./internal/proxyproto/
 fuzz FuzzDecideProxyHeader ./internal/proxy/
 fuzz FuzzDecideAccess ./internal/proxy/
+fuzz FuzzDecode ./internal/handover/
 fuzz FuzzStringsAreSlogs ./internal/accesslog/
 # Unit, golden and end-to-end tests, with the race detector on everything concurrent.
 # (conformance runs on its own below: it needs its gate and a machine-wide lock.)
