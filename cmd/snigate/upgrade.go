@@ -217,9 +217,12 @@ func dupListener(ln net.Listener) (int, error) {
 	return fd, nil
 }
 
-// handPairs hands the relayed connections over: none yet, they stay with this process
-// and drain.
-func (u *upgrader) handPairs(hc *handover.Conn) (int, error) { return 0, nil }
+// handPairs hands the relayed connections over, each in a Pair message with its sockets.
+func (u *upgrader) handPairs(hc *handover.Conn) (int, error) {
+	return u.p.DetachPairs(func(st *handover.Pair, client, backend int) error {
+		return hc.Send(st, client, backend)
+	})
+}
 
 // upgradeHandler serves POST /upgrade on --admin: the upgrade's outcome is the response,
 // 200 with the new pid, or 500 with the error.
@@ -372,6 +375,15 @@ func (t *takeover) serving() error {
 				t.log.Warn("cannot write the pid file", "path", t.pidFile, "error", err)
 			}
 			return t.hc.Send(&handover.Taken{Pairs: taken})
+		case *handover.Pair:
+			if err := t.p.Resume(m, fds[0], fds[1]); err != nil {
+				// Its bytes cannot go on whole anywhere: the old process let go of it.
+				t.log.Warn("upgrade: a connection handed over could not be served", "client", m.Client.String(), "route", m.Route, "error", err)
+				unix.Close(fds[0])
+				unix.Close(fds[1])
+				continue
+			}
+			taken++
 		default:
 			for _, fd := range fds {
 				unix.Close(fd)

@@ -149,6 +149,9 @@ type Proxy struct {
 	inherited map[string]int
 	// stoppedPorts are the ports StopAccepting closed, whose HTTP servers Shutdown ends.
 	stoppedPorts []*portListener
+	// orphans keep the books of connections handed over (Resume) on ports the new
+	// configuration does not have.
+	orphans map[string]*portListener
 
 	// relays moves the bytes of routed passthrough and TCP connections; started by the
 	// first one (see relay).
