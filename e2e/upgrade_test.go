@@ -288,3 +288,50 @@ func oneSessionOK(t *testing.T, port int, cfg *tls.Config) {
 		t.Fatal(err)
 	}
 }
+
+// Terminated TLS cannot be handed over (its session keys live in the old process): a
+// session open across an upgrade goes on in the old process, which exits 0 at the drain
+// deadline and closes it then; new sessions meanwhile go to the new process.
+func TestUpgradeTerminateDrains(t *testing.T) {
+	needBinary(t)
+	ca := testutil.NewCA(t)
+	port := testutil.FreePorts(t, 1)[0]
+	dir := configDir(t)
+	writeFile(t, dir, "gateway.yaml", docs(
+		gatewayYAML(terminate("tls", port, "", "cert-t")),
+		secretYAML("cert-t", ca.Issue(t, "t.test")),
+		routeYAML("route-t", "tls", []string{"t.test"}, to("svc-plain")),
+		serviceYAML("svc-plain", startEcho(t, "plain", nil)),
+	))
+	const drainTimeout = 2 * time.Second
+	pidFile := filepath.Join(t.TempDir(), "snigate.pid")
+	g := &upgradeGateway{gateway: startGateway(t, dir, "--pid-file", pidFile, "--drain-timeout", drainTimeout.String()), pidFile: pidFile}
+	g.stopTakenOver(t)
+	g.waitPIDFile(t)
+	held := dialTLS(t, port, ca.ClientConfig("t.test"))
+	held.roundTrip("before the upgrade\n")
+	upgraded := time.Now()
+	g.upgradeOK(t, false)
+	held.roundTrip("after the upgrade, in the old process\n")
+	fresh := dialTLS(t, port, ca.ClientConfig("t.test"))
+	fresh.roundTrip("new session, new process\n")
+	fresh.finish()
+	if code := g.waitExit(t, drainTimeout+5*time.Second); code != 0 {
+		t.Errorf("the old process exited %d, want 0", code)
+	}
+	if took := time.Since(upgraded); took < drainTimeout*3/4 {
+		t.Errorf("the old process exited %v after the upgrade with a session open, want the %v drain deadline", took, drainTimeout)
+	}
+	if _, closed, err := drain(held.raw, ioTimeout); !closed {
+		t.Errorf("the held terminated session is still open after the old process exited: %v", err)
+	}
+	oneSessionAt(t, port, ca.ClientConfig("t.test"))
+}
+
+// oneSessionAt checks that a new terminated session through port works.
+func oneSessionAt(t *testing.T, port int, cfg *tls.Config) {
+	t.Helper()
+	s := dialTLS(t, port, cfg)
+	s.roundTrip("still served\n")
+	s.finish()
+}

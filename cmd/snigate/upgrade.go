@@ -135,11 +135,9 @@ func (u *upgrader) run(exe string) (int, error) {
 		u.log.Warn("upgrade: handing over the connections ended early", "error", err)
 	}
 	u.log.Info("upgrade: done", "pid", cmd.Process.Pid, "pairs_sent", sent, "pairs_taken", taken)
-	// The new process is not waited for: it outlives this one. serve drains once the caller
-	// has told whoever asked (finished).
-	pid := cmd.Process.Pid
-	cmd.Process.Release()
-	return pid, nil
+	// The new process outlives this one (the goroutine in cmd.Wait reaps it only should it
+	// exit first). serve drains once the caller has told whoever asked (finished).
+	return cmd.Process.Pid, nil
 }
 
 // childExit is the new process's exit: done is closed once err is set.
