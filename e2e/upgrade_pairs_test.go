@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -127,7 +128,11 @@ spec:
 
 	// Every upgrade took the held connections over, rather than leaving them to drain.
 	var taken []int
-	for _, line := range strings.Split(g.logText(), "\n") {
+	whole, err := os.ReadFile(g.log) // every process's lines (logText keeps the last 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(whole), "\n") {
 		var rec struct {
 			Msg   string `json:"msg"`
 			Pairs int    `json:"pairs"`
@@ -144,7 +149,7 @@ spec:
 			t.Errorf("upgrade %d took %d connections over, want the 3 held at least", i+1, n)
 		}
 	}
-	if !strings.Contains(g.logText(), `"wait":"io_uring"`) && waitFlag != "" {
+	if !strings.Contains(string(whole), `"wait":"io_uring"`) && waitFlag != "" {
 		t.Logf("io_uring asked for, the relay waits on epoll here (the machine refuses io_uring)")
 	}
 }
