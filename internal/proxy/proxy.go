@@ -27,6 +27,10 @@
 // that the new snapshot no longer has stop accepting. Established connections never look at
 // a snapshot again after they were routed, so they keep flowing to their backend whatever
 // the new snapshot says.
+//
+// A live upgrade (handover.go, handover_pairs.go) passes the listening sockets to the
+// process that replaces this one (ListenerFDs, Inherit, StopAccepting) and then its relayed
+// connections (DetachPairs, Resume).
 package proxy
 
 import (
