@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -20,10 +21,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/snigate/snigate/internal/accesslog"
+	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/echo"
 	"github.com/snigate/snigate/internal/gcpace"
+	"github.com/snigate/snigate/internal/handover"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/prefault"
 	"github.com/snigate/snigate/internal/source/file"
@@ -35,6 +39,7 @@ const usage = `snigate: one IP, many TLS services, routed by SNI.
 
 Usage:
   snigate serve -f PATH [flags]   serve Gateway API manifests from files
+  snigate upgrade --pid-file PATH  live-upgrade a running serve (or --admin ADDRESS; docs/operations.md)
   snigate check -f PATH           validate manifests, print status and routing table
   snigate render -f PATH          print what the TenantGateways in PATH render to, as YAML
   snigate echo --listen ADDR      run a TLS, TCP or HTTP (--http) echo backend for demos and tests
@@ -69,6 +74,8 @@ func main() {
 		if err == nil && code != 0 {
 			os.Exit(code)
 		}
+	case "upgrade":
+		err = upgradeCmd(os.Args[2:])
 	case "echo":
 		err = runEcho(os.Args[2:])
 	case "controller":
@@ -145,12 +152,33 @@ func serve(args []string) error {
 	rf := addRunFlags(fs)
 	bindPorts := bindPortsFlag{}
 	fs.Var(bindPorts, "bind-port", "LISTENER=HOST: listen on host port HOST for the Gateways' listener port LISTENER, e.g. 443=8443 to run unprivileged (repeatable)")
+	pidFile := fs.String("pid-file", "", "write the process's pid here (a live upgrade's new process writes its own); `snigate upgrade --pid-file` finds the process through it")
+	upgradeBinary := fs.String("upgrade-binary", "", "the binary a live upgrade (SIGUSR2, snigate upgrade) starts (default: the path this one was started from)")
+	upgradeTimeout := fs.Duration("upgrade-timeout", 30*time.Second, "how long a live upgrade's new process may take to load its configuration and take the sockets over before the upgrade is abandoned")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if len(paths) == 0 {
 		return fmt.Errorf("serve: -f PATH is required")
 	}
+	// The binary is resolved now: replaced on disk by a package manager, the path names the
+	// new binary, which is what an upgrade wants to start.
+	exe := *upgradeBinary
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			exe = os.Args[0]
+		}
+	}
+	hc, err := handover.FromEnv()
+	if err != nil {
+		return err
+	}
+	// SIGUSR2 is listened for from the start: the pid file that tells where to send it may be
+	// written before serve's loop runs (a new process writes it as it takes over), and a
+	// SIGUSR2 nobody asked for is dropped.
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
 	lg, err := rf.logs()
 	if err != nil {
 		return err
@@ -161,36 +189,93 @@ func serve(args []string) error {
 	m := metrics.New()
 	lg.metrics(m)
 	p := rf.newProxy(m, lg)
+	var to *takeover
+	apply := p.Apply
+	if hc != nil {
+		// Started by a live upgrade: the configuration is validated before the sockets are
+		// asked for (takeover.apply), and any failure up to serving is told to the old
+		// process, which goes on serving.
+		hc.SetDeadline(time.Now().Add(*upgradeTimeout))
+		to = &takeover{hc: hc, timeout: *upgradeTimeout, p: p, log: log, pidFile: *pidFile}
+		apply = to.apply
+	}
 	r := standalone.New(standalone.Config{
-		Paths: paths, Proxy: p, Metrics: m, Logger: log,
+		Paths: paths, Proxy: p, Apply: apply, Metrics: m, Logger: log,
 		Translate: translate.Options{DefaultBindAddress: *rf.bind, BindPorts: bindPorts},
 	})
 	restoreGC := relaxGC(file.Size(paths...))
 	err = r.Load()
 	restoreGC()
 	if err != nil {
+		to.fail(err)
 		return err
 	}
+	p.DropInherited()
 	defer paceGC()()
-	closeAdmin, err := startAdmin(rf, m, r.State, log, nil)
+	up := &upgrader{exe: exe, args: os.Args[1:], timeout: *upgradeTimeout, p: p, log: log, pidFile: *pidFile, upgraded: make(chan struct{})}
+	var inheritedAdmin map[string]net.Listener
+	if to != nil {
+		inheritedAdmin = to.admin
+	}
+	admins, err := startAdminServers(rf, m, r.State, log, nil, inheritedAdmin, func(flag string, s *admin.Server) {
+		if flag == "--admin" {
+			s.HandleFunc("POST /upgrade", up.upgradeHandler)
+		}
+	})
 	if err != nil {
+		to.fail(err)
 		return err
 	}
-	defer closeAdmin()
+	defer admins.close()
+	up.admin = admins
+	if err := to.serving(); err != nil {
+		// The listeners are this process's already (the old one stopped accepting once it
+		// read Serving): go on serving whatever came.
+		log.Warn("upgrade: taking the connections over ended early", "error", err)
+		if err := writePIDFile(*pidFile); err != nil {
+			log.Warn("cannot write the pid file", "path", *pidFile, "error", err)
+		}
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	if to == nil {
+		// (A new process wrote it as it took over.)
+		if err := writePIDFile(*pidFile); err != nil {
+			log.Warn("cannot write the pid file", "path", *pidFile, "error", err)
+		}
+	}
+	sdNotify(fmt.Sprintf("MAINPID=%d\nREADY=1", os.Getpid()))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reload := make(chan struct{}, 1)
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- r.Watch(ctx, reload) }()
+	drain := func(why string) error {
+		log.Info("shutting down: draining connections", "reason", why, "timeout", *rf.drain)
+		cancel()
+		dctx, dcancel := context.WithTimeout(context.Background(), *rf.drain)
+		err := p.Shutdown(dctx)
+		dcancel()
+		if err != nil {
+			log.Warn("drain timeout reached; closed remaining connections")
+		}
+		log.Info("stopped")
+		return nil
+	}
 	for {
 		select {
 		case err := <-watchErr:
 			if err != nil {
 				return err
 			}
+		case <-up.upgraded:
+			// The new process serves the sockets and took the relayed connections; what is
+			// left here (terminated TLS, HTTPS, connections still being routed) drains. The
+			// pid file is the new process's now.
+			return drain("upgraded")
+		case <-usr2:
+			go up.signalled()
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
 				select {
@@ -199,16 +284,10 @@ func serve(args []string) error {
 				}
 				continue
 			}
-			log.Info("shutting down: draining connections", "signal", s.String(), "timeout", *rf.drain)
-			cancel()
-			dctx, dcancel := context.WithTimeout(context.Background(), *rf.drain)
-			err := p.Shutdown(dctx)
-			dcancel()
-			if err != nil {
-				log.Warn("drain timeout reached; closed remaining connections")
+			if *pidFile != "" && !up.done.Load() {
+				os.Remove(*pidFile)
 			}
-			log.Info("stopped")
-			return nil
+			return drain(s.String())
 		}
 	}
 }

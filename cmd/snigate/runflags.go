@@ -81,12 +81,40 @@ func (f *runFlags) newProxy(m *metrics.Metrics, lg *logs) *proxy.Proxy {
 // certificate made at start. An unguarded --admin that is not on loopback is served, as asked,
 // with a warning: it exposes /status and /debug/pprof to that network.
 func startAdmin(f *runFlags, m *metrics.Metrics, state func() admin.State, log *slog.Logger, guard func(http.Handler) (http.Handler, error)) (func(), error) {
-	var servers []*admin.Server
-	stop := func() {
-		for _, s := range servers {
-			s.Close()
-		}
+	a, err := startAdminServers(f, m, state, log, guard, nil, nil)
+	if err != nil {
+		return nil, err
 	}
+	return a.close, nil
+}
+
+// adminServers are the admin listeners a mode serves, by flag ("--admin", "--metrics").
+type adminServers struct {
+	servers []*admin.Server
+	lns     map[string]net.Listener
+}
+
+// close stops the servers.
+func (a *adminServers) close() {
+	for _, s := range a.servers {
+		s.Close()
+	}
+}
+
+// stopAccepting closes the listeners and leaves the requests under way to finish (a live
+// upgrade: the new process accepts on the same sockets).
+func (a *adminServers) stopAccepting() {
+	for _, ln := range a.lns {
+		ln.Close()
+	}
+}
+
+// startAdminServers is startAdmin with the listeners a live upgrade inherited (by flag:
+// served instead of binding the address) and setup, called with each server before it
+// serves.
+func startAdminServers(f *runFlags, m *metrics.Metrics, state func() admin.State, log *slog.Logger, guard func(http.Handler) (http.Handler, error),
+	inherited map[string]net.Listener, setup func(flag string, s *admin.Server)) (*adminServers, error) {
+	a := &adminServers{lns: map[string]net.Listener{}}
 	for _, l := range []struct {
 		flag, addr string
 		srv        func(*metrics.Metrics, func() admin.State) *admin.Server
@@ -97,10 +125,13 @@ func startAdmin(f *runFlags, m *metrics.Metrics, state func() admin.State, log *
 		if l.addr == "" {
 			continue
 		}
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			stop()
-			return nil, fmt.Errorf("%s: %w", l.flag, err)
+		ln, ok := inherited[l.flag]
+		if !ok {
+			var err error
+			if ln, err = net.Listen("tcp", l.addr); err != nil {
+				a.close()
+				return nil, fmt.Errorf("%s: %w", l.flag, err)
+			}
 		}
 		srv := l.srv(m, state)
 		protected := l.flag == "--admin" && guard != nil
@@ -111,11 +142,15 @@ func startAdmin(f *runFlags, m *metrics.Metrics, state func() admin.State, log *
 			}
 			if err != nil {
 				ln.Close()
-				stop()
+				a.close()
 				return nil, fmt.Errorf("--admin-auth: %w", err)
 			}
 		}
-		servers = append(servers, srv)
+		if setup != nil {
+			setup(l.flag, srv)
+		}
+		a.servers = append(a.servers, srv)
+		a.lns[l.flag] = ln
 		go srv.Serve(ln)
 		log.Info("admin listening", "flag", l.flag, "address", ln.Addr().String(), "authenticated", protected)
 		if ap, err := netip.ParseAddrPort(ln.Addr().String()); l.flag == "--admin" && !protected && err == nil && !ap.Addr().IsLoopback() {
@@ -123,7 +158,7 @@ func startAdmin(f *runFlags, m *metrics.Metrics, state func() admin.State, log *
 				"serve only --metrics there and keep --admin on 127.0.0.1, or add --admin-auth=kubernetes", "address", ln.Addr().String())
 		}
 	}
-	return stop, nil
+	return a, nil
 }
 
 // selfSigned is a certificate for the admin listener at addr, made at start: clients of an

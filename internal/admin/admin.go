@@ -61,6 +61,7 @@ type State struct {
 // Server is the admin HTTP server.
 type Server struct {
 	http *http.Server
+	mux  *http.ServeMux
 }
 
 // New builds the full admin server: the public endpoints (NewPublic) plus the status page,
@@ -83,6 +84,10 @@ func New(m *metrics.Metrics, state func() State) *Server {
 	})
 	return newServer(mux)
 }
+
+// HandleFunc serves pattern with f as well (before Serve): a mode's own operation, such as
+// serve's POST /upgrade.
+func (s *Server) HandleFunc(pattern string, f http.HandlerFunc) { s.mux.HandleFunc(pattern, f) }
 
 // NewPublic builds the server for a Pod network: /metrics, /healthz and /readyz, which tell
 // nothing about tenants (metric labels name only listeners and routes by name) and are what
@@ -111,8 +116,8 @@ func publicMux(m *metrics.Metrics, state func() State) *http.ServeMux {
 	return mux
 }
 
-func newServer(h http.Handler) *Server {
-	return &Server{http: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
+func newServer(mux *http.ServeMux) *Server {
+	return &Server{http: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, mux: mux}
 }
 
 // Protect puts guard in front of every path (authentication and authorization of each

@@ -34,12 +34,12 @@ func accepted(t *testing.T, ln *net.TCPListener) (*fdconn.Conn, *net.TCPConn) {
 	fd := -1
 	var aerr error
 	if err := rc.Control(func(s uintptr) {
-		fd, _, aerr = unix.Accept4(int(s), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		fd, aerr = acceptNonblock(int(s))
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if aerr != nil {
-		t.Fatal("accept4:", aerr)
+		t.Fatal("accept:", aerr)
 	}
 	c, err := fdconn.New(fd, peer.LocalAddr().(*net.TCPAddr).AddrPort())
 	if err != nil {

@@ -30,11 +30,7 @@
 // collector on, the scavenger may return some of them before they are used.
 package prefault
 
-import (
-	"runtime"
-
-	"golang.org/x/sys/unix"
-)
+import "runtime"
 
 // Heap backs the next n bytes the heap hands out with physical pages. It forces a
 // collection, which costs a mark of the live heap: call it while that heap is small. It
@@ -47,12 +43,4 @@ func Heap(n int64) error {
 	err := populate(n)
 	runtime.GC()
 	return err
-}
-
-// populate allocates n bytes and backs them. The block is unreachable once it returns, so
-// the collection after it frees the block.
-//
-//go:noinline
-func populate(n int64) error {
-	return unix.Madvise(make([]byte, n), unix.MADV_POPULATE_WRITE)
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net"
 	"os"
 
@@ -31,4 +32,19 @@ func listenFD(ln *net.TCPListener) (int, error) {
 func closeReset(fd int) {
 	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 	unix.Close(fd)
+}
+
+// sockName is the address a socket is bound to.
+func sockName(fd int) (net.Addr, error) {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil, os.NewSyscallError("getsockname", err)
+	}
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]), Port: sa.Port}, nil
+	case *unix.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]), Port: sa.Port}, nil
+	}
+	return nil, fmt.Errorf("socket %d: not a TCP socket", fd)
 }

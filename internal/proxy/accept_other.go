@@ -16,3 +16,5 @@ var errNotLinux = errors.New("proxy: snigate's data plane runs on Linux only (ac
 func listenFD(*net.TCPListener) (int, error) { return -1, errNotLinux }
 
 func closeReset(fd int) { syscall.Close(fd) }
+
+func sockName(int) (net.Addr, error) { return nil, errNotLinux }

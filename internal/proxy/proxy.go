@@ -27,6 +27,10 @@
 // that the new snapshot no longer has stop accepting. Established connections never look at
 // a snapshot again after they were routed, so they keep flowing to their backend whatever
 // the new snapshot says.
+//
+// A live upgrade (handover.go, handover_pairs.go) passes the listening sockets to the
+// process that replaces this one (ListenerFDs, Inherit, StopAccepting) and then its relayed
+// connections (DetachPairs, Resume).
 package proxy
 
 import (
@@ -141,9 +145,17 @@ type Proxy struct {
 	// httpHandler serves the requests of every HTTP and HTTPS listener.
 	httpHandler *httpproxy.Handler
 
-	mu        sync.Mutex // guards listeners, closing; serialises Apply and Shutdown
+	mu        sync.Mutex // guards listeners, closing, inherited, stoppedPorts; serialises Apply and Shutdown
 	listeners map[string]*portListener
 	closing   bool
+	// inherited holds the listening sockets of the process this one replaced (Inherit),
+	// by address, until a port takes its own.
+	inherited map[string]int
+	// stoppedPorts are the ports StopAccepting closed, whose HTTP servers Shutdown ends.
+	stoppedPorts []*portListener
+	// orphans keep the books of connections handed over (Resume) on ports the new
+	// configuration does not have.
+	orphans map[string]*portListener
 
 	// relays moves the bytes of routed passthrough and TCP connections; started by the
 	// first one (see relay).
@@ -299,6 +311,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		delete(p.listeners, addr)
 	}
 	p.mu.Unlock()
+	stopping.Go(func() { p.shutdownStopped(ctx) })
 	stopping.Wait()
 	p.draining.Store(true)
 
@@ -385,15 +398,24 @@ func (p *Proxy) listen(addr string) (*portListener, error) {
 			return serr
 		},
 	}
-	ln, err := lc.Listen(context.Background(), "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	netAddr := ln.Addr()
-	fd, err := listenFD(ln.(*net.TCPListener))
-	if err != nil {
-		ln.Close()
-		return nil, err
+	var netAddr net.Addr
+	fd := p.takeInherited(addr)
+	if fd >= 0 {
+		// The process this one replaced bound it, with the same options.
+		if netAddr, err = sockName(fd); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+	} else {
+		ln, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		netAddr = ln.Addr()
+		if fd, err = listenFD(ln.(*net.TCPListener)); err != nil {
+			ln.Close()
+			return nil, err
+		}
 	}
 	pl := &portListener{p: p, addr: addr, netAddr: netAddr, fd: fd, activeGauge: p.m.Active.WithLabelValues(addr)}
 	if pl.ln, err = rl.Listen(fd, pl); err != nil {

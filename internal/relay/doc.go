@@ -74,6 +74,12 @@
 // other side is closed with SO_LINGER 0, because a FIN would make a reply cut off by a
 // crash look complete to a peer that reads until the end of the stream.
 //
+// A live upgrade moves relaying pairs to another process: p.Detach posts a task to the
+// pair's loop, which takes both sockets out of its set untouched, reads out the bytes its
+// buffer and splice pipe hold, and hands them over with each direction's half-close state
+// (Detached) instead of calling done; r.Resume, in the process that received the sockets,
+// goes on from there. Nothing in the per-event path looks for it.
+//
 // The relay is made of Linux system calls. Elsewhere the package compiles, so that the rest
 // of snigate builds and vets on a developer's machine, but New returns an error saying so
 // (relay_other.go).

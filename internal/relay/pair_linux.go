@@ -195,6 +195,12 @@ func (p *Pair) setOptions(o Options) {
 // a poll that fails ends the pair from the loop (loop.pollFailed).
 func (p *Pair) register(side int) error {
 	p.outArmed[side] = true
+	return p.registerArmed(side)
+}
+
+// registerArmed is register for a pair whose outArmed was set before it was published
+// (Resume: its loop may run it, and read outArmed, as soon as one side is registered).
+func (p *Pair) registerArmed(side int) error {
 	if l := p.l; l.ring != nil {
 		fd := p.fd[side]
 		if !l.post(func() {

@@ -61,3 +61,22 @@ type DialOptions struct {
 	// connection has lived about a second (see keepAliveAfter), not at the connect.
 	KeepAlive time.Duration
 }
+
+// Detached is a relayed pair taken off its loop whole (Pair.Detach), for another process to
+// go on with (a live upgrade): both sockets, untouched, and what the relay held of them.
+type Detached struct {
+	// FD are the sockets, A and B: the caller's now (Resume takes them over).
+	FD [2]int
+	// Pending holds bytes read and not yet written: [0] from A for B, [1] from B for A.
+	Pending [2][]byte
+	// EOF: the direction's source has ended; Shut: its end was passed on (a half-close).
+	EOF, Shut [2]bool
+	// ExpectTLS: side B's first byte has not been checked yet (Options.ExpectTLS).
+	ExpectTLS bool
+	// Bytes written so far, as in Result.
+	Bytes [2]int64
+}
+
+// ErrNotDetached is Detach's error for a pair it left running: it was not relaying (still
+// dialing, routing, attaching), it is ending, or it holds more bytes in flight than asked.
+var ErrNotDetached = errors.New("relay: pair not detachable now")

@@ -75,3 +75,9 @@ func SetBackendSockopts(int, time.Duration) error { return errNotLinux }
 
 // PooledPipes is 0 off Linux.
 func PooledPipes() int { return 0 }
+
+// Detach reports errNotLinux off Linux.
+func (*Pair) Detach(_ int, done func(Detached, error)) { done(Detached{}, errNotLinux) }
+
+// Resume fails off Linux; the fds are still the caller's.
+func (*Relay) Resume(Detached, Options, func(Result)) (*Pair, error) { return nil, errNotLinux }

@@ -27,6 +27,7 @@ import (
 	"github.com/snigate/snigate/internal/pipeline"
 	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/proxy"
+	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/source/file"
 	"github.com/snigate/snigate/internal/translate"
 )
@@ -40,6 +41,10 @@ type Config struct {
 	Translate translate.Options
 	// Debounce groups bursts of file events into one reload (20 ms).
 	Debounce time.Duration
+	// Apply, when set, receives every snapshot instead of Proxy.Apply: a process taking
+	// over from another (a live upgrade) receives its listening sockets there, once the
+	// first configuration is known to be valid.
+	Apply func(*snapshot.Snapshot) error
 	// ProbeInterval is how often each DatabaseExposure's backend certificate is probed
 	// again (default 5 minutes; at once on every change). Watch runs the probes.
 	ProbeInterval time.Duration
@@ -69,6 +74,9 @@ func New(cfg Config) *Runner {
 	pc := pipeline.Config{Metrics: cfg.Metrics, Logger: cfg.Logger, Translate: cfg.Translate, Render: true}
 	if cfg.Proxy != nil {
 		pc.Apply = cfg.Proxy.Apply
+	}
+	if cfg.Apply != nil {
+		pc.Apply = cfg.Apply
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger}
 	po := probe.RunnerOptions{Interval: cfg.ProbeInterval, OnChange: func() {
