@@ -15,6 +15,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/snigate/snigate/api/v1alpha1"
 )
@@ -54,9 +55,20 @@ type Engine struct {
 	Port int32
 	// Start is how clients begin TLS.
 	Start Start
+	// Advertise says what each node of a cluster must advertise so that its clients, which
+	// learn the nodes from the first one they reach and reconnect to each by name, reach it
+	// through the gateway by its member hostname (DatabaseExposure spec.members); "" for
+	// an engine whose clients do not discover nodes (members are then names of their own
+	// for clients that pick a node, and nothing more).
+	Advertise string
 	// connect formats the client command: host, port, CA file.
 	connect func(host string, port int32, ca string) string
 }
+
+// Discovers reports whether the engine's clients learn the cluster's nodes from the first
+// one and reconnect to each by its advertised name: spec.members is what makes such a
+// cluster reachable through the gateway at all.
+func (e Engine) Discovers() bool { return e.Advertise != "" }
 
 // SNIRouted reports whether exposures of the engine share one listener routed by SNI.
 func (e Engine) SNIRouted() bool { return e.Start != ServerFirst }
@@ -68,34 +80,58 @@ func (e Engine) Listener() string { return "tls-" + string(e.Name) }
 // database's certificate against the CA file ca.
 func (e Engine) Connect(host string, port int32, ca string) string { return e.connect(host, port, ca) }
 
+// ConnectCluster is the command for an exposure with members: the bootstrap name for every
+// engine but MongoDB, whose command lists the members' hostnames as its seed list. With
+// splitHorizons a member answers with the horizon whose name the client sent as SNI, and
+// the bootstrap name is no member's horizon: a driver seeded with it would be told the
+// members' internal names. Seeded with the members' own names it works with horizons and
+// with advertised hosts alike.
+func (e Engine) ConnectCluster(bootstrap string, members []string, port int32, ca string) string {
+	if e.Name != v1alpha1.EngineMongoDB || len(members) == 0 {
+		return e.connect(bootstrap, port, ca)
+	}
+	seeds := make([]string, len(members))
+	for i, m := range members {
+		seeds[i] = fmt.Sprintf("%s:%d", m, port)
+	}
+	return fmt.Sprintf("mongosh \"mongodb://%s/?tls=true&tlsCAFile=%s\"", strings.Join(seeds, ","), ca)
+}
+
 func openssl(host string, port int32, ca string) string {
 	return fmt.Sprintf("openssl s_client -connect %s:%d -servername %s -CAfile %s -verify_hostname %s -verify_return_error", host, port, host, ca, host)
 }
 
 var table = []Engine{
-	{v1alpha1.EnginePostgres, 5432, PostgresSSLRequest, func(h string, p int32, ca string) string {
+	{v1alpha1.EnginePostgres, 5432, PostgresSSLRequest, "", func(h string, p int32, ca string) string {
 		return fmt.Sprintf("psql \"host=%s port=%d dbname=postgres sslmode=verify-full sslrootcert=%s\"", h, p, ca)
 	}},
-	{v1alpha1.EngineRedis, 6379, DirectTLS, redisCLI},
-	{v1alpha1.EngineValkey, 6379, DirectTLS, redisCLI},
-	{v1alpha1.EngineMongoDB, 27017, DirectTLS, func(h string, p int32, ca string) string {
-		return fmt.Sprintf("mongosh \"mongodb://%s:%d/?tls=true&tlsCAFile=%s&directConnection=true\"", h, p, ca)
-	}},
-	{v1alpha1.EngineNATS, 4222, DirectTLS, func(h string, p int32, ca string) string {
-		return fmt.Sprintf("nats --server tls://%s:%d --tlsca %s --tlsfirst server check connection", h, p, ca)
-	}},
-	{v1alpha1.EngineKafka, 9093, DirectTLS, func(h string, p int32, ca string) string {
-		return fmt.Sprintf("kcat -b %s:%d -X security.protocol=ssl -X ssl.ca.location=%s -L", h, p, ca)
-	}},
-	{v1alpha1.EngineClickHouse, 9440, DirectTLS, func(h string, p int32, ca string) string {
+	{v1alpha1.EngineRedis, 6379, DirectTLS, redisCluster, redisCLI},
+	{v1alpha1.EngineValkey, 6379, DirectTLS, redisCluster, redisCLI},
+	{v1alpha1.EngineMongoDB, 27017, DirectTLS,
+		"each replica set member's host (rs.conf() members[].host) is its member hostname and port, or a horizon (members[].horizons) per member whose name is the member hostname: drivers pick a horizon by the SNI they sent", func(h string, p int32, ca string) string {
+			return fmt.Sprintf("mongosh \"mongodb://%s:%d/?tls=true&tlsCAFile=%s&directConnection=true\"", h, p, ca)
+		}},
+	{v1alpha1.EngineNATS, 4222, DirectTLS,
+		"each server's client_advertise is its member hostname and port (clients add the cluster's connect_urls to their server pool)", func(h string, p int32, ca string) string {
+			return fmt.Sprintf("nats --server tls://%s:%d --tlsca %s --tlsfirst server check connection", h, p, ca)
+		}},
+	{v1alpha1.EngineKafka, 9093, DirectTLS,
+		"each broker's advertised.listeners entry for this listener is its member hostname and port (Strimzi: the listener's configuration.brokers[].advertisedHost)", func(h string, p int32, ca string) string {
+			return fmt.Sprintf("kcat -b %s:%d -X security.protocol=ssl -X ssl.ca.location=%s -L", h, p, ca)
+		}},
+	{v1alpha1.EngineClickHouse, 9440, DirectTLS, "", func(h string, p int32, ca string) string {
 		return fmt.Sprintf("clickhouse-client --host %s --port %d --secure --config-file <(printf '<clickhouse><openSSL><client><caConfig>%s</caConfig></client></openSSL></clickhouse>')", h, p, ca)
 	}},
-	{v1alpha1.EngineRabbitMQ, 5671, DirectTLS, openssl},
-	{v1alpha1.EngineOpenSearch, 9200, DirectTLS, openssl},
-	{v1alpha1.EngineMariaDB, 3306, ServerFirst, mariadbCLI},
-	{v1alpha1.EngineMySQL, 3306, ServerFirst, mariadbCLI},
-	{v1alpha1.EngineCustom, 0, DirectTLS, openssl},
+	{v1alpha1.EngineRabbitMQ, 5671, DirectTLS, "", openssl},
+	{v1alpha1.EngineOpenSearch, 9200, DirectTLS, "", openssl},
+	{v1alpha1.EngineMariaDB, 3306, ServerFirst, "", mariadbCLI},
+	{v1alpha1.EngineMySQL, 3306, ServerFirst, "", mariadbCLI},
+	{v1alpha1.EngineCustom, 0, DirectTLS, "", openssl},
 }
+
+// redisCluster: Redis 7 and Valkey cluster nodes announce a hostname in MOVED and ASK
+// redirects and CLUSTER SHARDS only when told to.
+const redisCluster = "each cluster node's cluster-announce-hostname is its member hostname, with cluster-preferred-endpoint-type hostname and cluster-announce-tls-port the listener's port"
 
 func redisCLI(h string, p int32, ca string) string {
 	// Redis clients send no SNI unless told: --sni is what routes the connection.

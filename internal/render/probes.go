@@ -30,29 +30,30 @@ func ProbeTargets(res *resources.Resources, out *Result, bundles map[types.Names
 	// times on every change.
 	pools := map[types.NamespacedName]*x509.CertPool{}
 	for _, x := range out.Exposures {
-		pt := x.Target
-		if pt == nil || !x.Rendered {
+		if x.Target == nil || !x.Rendered {
 			continue
 		}
-		e, _ := engine.Lookup(pt.Engine)
-		t := probe.Target{Address: eps.first(x.Namespace, pt.Service, pt.ServicePort), Start: e.Start,
-			SNI: pt.Hostnames[0], Hostnames: pt.Hostnames}
-		if pt.TrustAnchor != "" {
-			key := types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}
-			if pools[key] == nil {
-				if b, ok := bundles[key]; ok {
-					pools[key] = x509.NewCertPool()
-					pools[key].AppendCertsFromPEM(b)
-				} else {
-					pools[key] = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+		for _, pt := range x.targets() {
+			e, _ := engine.Lookup(pt.Engine)
+			t := probe.Target{Address: eps.first(x.Namespace, pt.Service, pt.ServicePort), Start: e.Start,
+				SNI: pt.Hostnames[0], Hostnames: pt.Hostnames}
+			if pt.TrustAnchor != "" {
+				key := types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}
+				if pools[key] == nil {
+					if b, ok := bundles[key]; ok {
+						pools[key] = x509.NewCertPool()
+						pools[key].AppendCertsFromPEM(b)
+					} else {
+						pools[key] = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+					}
 				}
+				t.Roots = pools[key]
 			}
-			t.Roots = pools[key]
+			if pt.CertificateSecret != "" {
+				t.Expected = secretLeaf(res, x.Namespace, pt.CertificateSecret)
+			}
+			targets[probe.Key{x.Namespace, pt.Route}] = t
 		}
-		if pt.CertificateSecret != "" {
-			t.Expected = secretLeaf(res, x.Namespace, pt.CertificateSecret)
-		}
-		targets[probe.Key{x.Namespace, x.Name}] = t
 	}
 	return targets
 }
@@ -77,12 +78,14 @@ func AnchorsInUse(out *Result, results map[probe.Key]probe.Result) map[types.Nam
 		if x.Target == nil || x.Target.TrustAnchor == "" {
 			continue
 		}
-		r, ok := results[probe.Key{x.Namespace, x.Name}]
-		if !ok || len(r.Chain) == 0 {
-			return nil
+		for _, pt := range x.targets() {
+			r, ok := results[probe.Key{x.Namespace, pt.Route}]
+			if !ok || len(r.Chain) == 0 {
+				return nil
+			}
+			k := types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}
+			inUse[k] = append(inUse[k], r.Chain...)
 		}
-		k := types.NamespacedName{Namespace: x.Namespace, Name: x.Target.TrustAnchor}
-		inUse[k] = append(inUse[k], r.Chain...)
 	}
 	return inUse
 }
@@ -166,4 +169,12 @@ func secretLeaf(res *resources.Resources, ns, name string) *x509.Certificate {
 		return leaf
 	}
 	return nil
+}
+
+// targets are what the probe connects to for x: its own route, then its members'.
+func (x *Exposure) targets() []*ProbeTarget {
+	if x.Target == nil {
+		return nil
+	}
+	return append([]*ProbeTarget{x.Target}, x.MemberTargets...)
 }

@@ -824,7 +824,7 @@ func redirectName(t *v1alpha1.TenantGateway) string { return t.Name + "-http-red
 
 // conditionOrder is the order conditions are listed in.
 var conditionOrder = map[string]int{v1alpha1.ConditionAccepted: 0, v1alpha1.ConditionReady: 1, v1alpha1.ConditionListenerBudget: 2,
-	v1alpha1.ConditionProgrammed: 1, v1alpha1.ConditionCertificateVerified: 2}
+	v1alpha1.ConditionProgrammed: 1, v1alpha1.ConditionCertificateVerified: 2, v1alpha1.ConditionMembersAccepted: 3}
 
 func sortConditions(c []metav1.Condition) {
 	slices.SortStableFunc(c, func(a, b metav1.Condition) int { return conditionOrder[a.Type] - conditionOrder[b.Type] })
