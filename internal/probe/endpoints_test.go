@@ -130,3 +130,45 @@ func TestRunnerSilentEndpointBlocksNothing(t *testing.T) {
 		t.Errorf("silent endpoint: %+v", got)
 	}
 }
+
+// A server that speaks first where the engine's clients start TLS gets the fix the engine
+// table gives, not "turn TLS on": a NATS server without handshake_first (TLS on, its INFO
+// line first) is told handshake_first; a MySQL greeting on a direct-TLS exposure is told
+// to use a TCP listener. A plaintext server that answers is still told to turn TLS on.
+func TestSpeaksFirstHints(t *testing.T) {
+	speakFirst := func(greeting []byte) func(net.Conn) seen {
+		return func(conn net.Conn) seen {
+			_, err := conn.Write(greeting)
+			_, _ = io.Copy(io.Discard, conn)
+			return seen{err: err}
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		greeting []byte
+		want     []string
+	}{
+		{"nats", []byte("INFO {\"server_id\":\"NDX\",\"version\":\"2.12.1\",\"tls_required\":true,\"max_payload\":1048576}\r\n"), []string{"nats greeting", "handshake_first: true"}},
+		{"mariadb", appendGreeting(nil, "10.11.6-MariaDB-0+deb12u1", mysqlCaps), []string{"mariadb greeting", "spec.port (a TCP listener"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := startBackend(t, speakFirst(tc.greeting))
+			r := probe(t, Target{Address: b.addr, Start: engine.DirectTLS, SNI: "db.example.test"})
+			if r.Reason != v1alpha1.ReasonNotTLS {
+				t.Errorf("reason %s", r.Reason)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.Message, w) {
+					t.Errorf("message %q lacks %q", r.Message, w)
+				}
+			}
+			if strings.Contains(r.Message, "turn TLS on") {
+				t.Errorf("message %q names the wrong fix", r.Message)
+			}
+		})
+	}
+	b := startBackend(t, writeAndClose("-ERR unknown command\r\n"))
+	if r := probe(t, Target{Address: b.addr, Start: engine.DirectTLS, SNI: "db.example.test"}); !strings.Contains(r.Message, "turn TLS on") {
+		t.Errorf("a plaintext answer: %q", r.Message)
+	}
+}

@@ -476,7 +476,7 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 		// The file a reader saves the published Secret's ca.crt to (docs/databases.md).
 		ca = trustanchor.SecretName(b.r.anchorRelease(d.Namespace, ref.Name)) + ".crt"
 	}
-	x.Status.Connect = e.Connect(hosts[0], l.port, ca)
+	x.Status.Connect = e.ConnectFor(hosts[0], l.port, d.Spec.BackendRef.Port, ca)
 	if ref := d.Spec.CertificateRef; ref != nil {
 		b.certNames = append(b.certNames, CertificateNames{Namespace: d.Namespace, Name: ref.Name, Hostnames: hosts})
 	}

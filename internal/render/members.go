@@ -189,7 +189,7 @@ func (b *build) members(in exposureInput, e engine.Engine, l *dbListener, plans 
 			seeds = append(seeds, ms.Hostnames[0])
 		}
 	}
-	x.Status.Connect = e.ConnectCluster(x.Status.Hostnames[0], seeds, l.port, ca)
+	x.Status.Connect = e.ConnectCluster(x.Status.Hostnames[0], seeds, l.port, in.d.Spec.BackendRef.Port, ca)
 }
 
 // membersCondition sets MembersAccepted from status.members: True when every member is
