@@ -58,6 +58,12 @@ func TestEnginesDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), row) {
 			t.Errorf("docs/engines.md lacks the row\n%s", row)
 		}
+		for _, p := range e.Protocols {
+			row := fmt.Sprintf("| `%s` | %d | %s | `%s` |", e.Name, p.Port, p.Name, p.Connect("<release>.<engine>.<apex>", p.Port, "ca.crt"))
+			if !strings.Contains(string(doc), row) {
+				t.Errorf("docs/engines.md lacks the row\n%s", row)
+			}
+		}
 	}
 }
 
