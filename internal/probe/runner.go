@@ -46,7 +46,7 @@ type RunnerOptions struct {
 	// Concurrency bounds the routes probed at once (default 4): a silent endpoint holds
 	// its worker for Timeout, not every other probe.
 	Concurrency int
-	// Probes, when set, counts the probes by verdict (reason).
+	// Probes, when set, counts the probes by verdict (reason): one per endpoint.
 	Probes *prometheus.CounterVec
 }
 
@@ -237,8 +237,8 @@ func (r *Runner) Run(ctx context.Context) {
 					return
 				}
 				if r.opts.Probes != nil {
-					for range max(len(res.Endpoints), 1) {
-						r.opts.Probes.WithLabelValues(res.Reason).Inc()
+					for _, e := range endpointResults(res) {
+						r.opts.Probes.WithLabelValues(e.Reason).Inc()
 					}
 				}
 				if r.record(k, t, res) && r.opts.OnChange != nil {
