@@ -149,7 +149,7 @@ func TestSpeaksFirstHints(t *testing.T) {
 		want     []string
 	}{
 		{"nats", []byte("INFO {\"server_id\":\"NDX\",\"version\":\"2.12.1\",\"tls_required\":true,\"max_payload\":1048576}\r\n"), []string{"nats greeting", "handshake_first: true"}},
-		{"mariadb", appendGreeting(nil, "10.11.6-MariaDB-0+deb12u1", mysqlCaps), []string{"mariadb greeting", "spec.port (a TCP listener"}},
+		{"mariadb", appendGreeting(nil, "10.11.6-MariaDB-0+deb12u1", mysqlCaps), []string{"MySQL or MariaDB greeting", "spec.port (a TCP listener"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := startBackend(t, speakFirst(tc.greeting))
