@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,5 +171,35 @@ func TestSpeaksFirstHints(t *testing.T) {
 	b := startBackend(t, writeAndClose("-ERR unknown command\r\n"))
 	if r := probe(t, Target{Address: b.addr, Start: engine.DirectTLS, SNI: "db.example.test"}); !strings.Contains(r.Message, "turn TLS on") {
 		t.Errorf("a plaintext answer: %q", r.Message)
+	}
+}
+
+// The rate is one for every connection of every worker: 21 slots at 100 a second take at
+// least 200 ms however many goroutines ask at once (10 000 exposures set at once are spread
+// over 10 000/MaxRate seconds, not opened in a burst).
+func TestSlotSpreadsConnections(t *testing.T) {
+	r := NewRunner(RunnerOptions{MaxRate: 100})
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for range 7 {
+				if err := r.slot(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if elapsed := time.Since(start); elapsed < 200*time.Millisecond {
+		t.Errorf("21 connections at 100 a second started within %v", elapsed)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 5 {
+		_ = r.slot(context.Background()) // reserve ahead: the next caller must wait
+	}
+	if err := r.slot(ctx); err == nil {
+		t.Error("a cancelled wait for a slot returned no error")
 	}
 }
