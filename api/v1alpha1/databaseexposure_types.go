@@ -114,10 +114,40 @@ type DatabaseExposureSpec struct {
 	// Access restricts who may connect to the database and how much: its own allow-list
 	// (what loadBalancerSourceRanges gave a database with a LoadBalancer of its own), block
 	// list and connection limits. snigate renders it into an AccessPolicy on the
-	// exposure's route, owned by the exposure; every policy of the listener applies too.
+	// exposure's route, owned by the exposure, and one on each member's route; every
+	// policy of the listener applies too.
 	//
 	// +optional
 	Access *Access `json:"access,omitempty"`
+
+	// Members are the nodes of a clustered database that clients reconnect to by name
+	// after the first contact (Kafka brokers, MongoDB replica set members): each gets the
+	// hostnames <member>.<release>.<engine>.<apex> (and <member>.<release>.<apex>, per
+	// the TenantGateway's databaseHostnames) and a TLSRoute of its own to its own Service,
+	// on the same listener as the exposure. backendRef stays the bootstrap (seed list)
+	// Service, over every node. Each node must advertise its member hostname (Kafka
+	// advertised.listeners, MongoDB replica set hosts or horizons): docs/engines.md.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	Members []DatabaseMember `json:"members,omitempty"`
+}
+
+// DatabaseMember is one node of a clustered database, reached by a hostname of its own.
+type DatabaseMember struct {
+	// Name is the member's first hostname label: a DNS-1035 label (no dot).
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// BackendRef is the member's own Service (one node behind it), in the same namespace.
+	//
+	// +required
+	BackendRef DatabaseBackendRef `json:"backendRef"`
 }
 
 // DatabaseBackendRef names a Service port in the DatabaseExposure's namespace.
@@ -198,10 +228,24 @@ type DatabaseExposureStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	Addresses []string `json:"addresses,omitempty"`
-	// ServerCertificate is what the backend served to the probe.
+	// ServerCertificate is what the backend served to the probe: the certificate of the
+	// first endpoint whose verdict is CertificateVerified's (the first that fails, when
+	// one does), or of the first endpoint when every one verifies.
 	//
 	// +optional
 	ServerCertificate *ServerCertificate `json:"serverCertificate,omitempty"`
+	// Endpoints are the ready endpoints of the exposure's own (bootstrap) Service, each
+	// with the certificate it served to the probe: every one is probed.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Endpoints []EndpointCertificate `json:"endpoints,omitempty"`
+	// Members are spec.members, each with its hostnames, whether it is published, and the
+	// probe's verdict on its endpoints.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	Members []MemberStatus `json:"members,omitempty"`
 	// Connect is a client command for the engine that works as pasted (given the trust
 	// anchor file).
 	//
@@ -238,11 +282,66 @@ type ServerCertificate struct {
 	ChainsToTrustAnchor *bool `json:"chainsToTrustAnchor,omitempty"`
 }
 
+// EndpointCertificate is one ready endpoint of a route's Service, as the certificate probe
+// saw it.
+type EndpointCertificate struct {
+	// Address is the endpoint, ip:port.
+	Address string `json:"address"`
+	// Reason is the probe's verdict on this endpoint: a reason of CertificateVerified.
+	Reason string `json:"reason"`
+	// Serial of the certificate it served, hexadecimal as openssl prints it (absent when
+	// none was read).
+	//
+	// +optional
+	Serial string `json:"serial,omitempty"`
+	// NotAfter of that certificate.
+	//
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+}
+
+// MemberStatus is one member of a DatabaseExposure.
+type MemberStatus struct {
+	Name string `json:"name"`
+	// Hostnames clients reach the member by.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	Hostnames []string `json:"hostnames,omitempty"`
+	// Route is the member's TLSRoute, in the exposure's namespace (absent when the member
+	// is not published).
+	//
+	// +optional
+	Route string `json:"route,omitempty"`
+	// Reason is Accepted when the member is published, or why not all is well: refused
+	// (HostnameConflict, NameInUse, ServerSpeaksFirst, Invalid: no route), or published
+	// without a Service to send to (BackendNotFound).
+	Reason string `json:"reason"`
+	// Message explains Reason.
+	//
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Certificate is the probe's verdict on the member's endpoints (a reason of
+	// CertificateVerified: Verified only when each of them verifies).
+	//
+	// +optional
+	Certificate string `json:"certificate,omitempty"`
+	// Endpoints are the ready endpoints of the member's Service, each with the certificate
+	// it served to the probe.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Endpoints []EndpointCertificate `json:"endpoints,omitempty"`
+}
+
 // Condition types and reasons of a DatabaseExposure (Accepted and its Accepted, Invalid,
 // HostnameConflict reasons are shared with TenantGateway).
 const (
 	ConditionProgrammed          = "Programmed"
 	ConditionCertificateVerified = "CertificateVerified"
+	// ConditionMembersAccepted, present only with spec.members: True when every member is
+	// published with its Service found.
+	ConditionMembersAccepted = "MembersAccepted"
 
 	ReasonServerSpeaksFirst        = "ServerSpeaksFirst"
 	ReasonHostnameConflict         = "HostnameConflict"
@@ -251,6 +350,8 @@ const (
 	ReasonTenantGatewayNotRendered = "TenantGatewayNotRendered"
 	ReasonProgrammed               = "Programmed"
 	ReasonNotProgrammed            = "NotProgrammed"
+	// ReasonBackendNotFound: a member's Service (or its port) does not exist.
+	ReasonBackendNotFound = "BackendNotFound"
 
 	ReasonVerified         = "Verified"
 	ReasonMissingDNSNames  = "MissingDNSNames"

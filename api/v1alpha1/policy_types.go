@@ -186,6 +186,8 @@ func init() {
 
 // Policy is what every policy kind of snigate's has: a gwv1.PolicyStatus, which the status
 // writer merges the same way for all of them.
+//
+// +kubebuilder:object:generate=false
 type Policy interface {
 	PolicyStatus() *gwv1.PolicyStatus
 }

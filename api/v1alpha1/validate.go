@@ -230,6 +230,24 @@ func (d *DatabaseExposure) Validate() field.ErrorList {
 	if s.Access != nil {
 		errs = append(errs, s.Access.validate(p.Child("access"))...)
 	}
+	mp := p.Child("members")
+	if len(s.Members) > 128 {
+		errs = append(errs, field.TooMany(mp, len(s.Members), 128))
+	}
+	members := map[string]bool{}
+	for i, m := range s.Members {
+		ip := mp.Index(i)
+		errs = append(errs, pattern(ip.Child("name"), m.Name, 63, dns1035RE)...)
+		if members[m.Name] {
+			// At the entry, like the API server's list-map key check.
+			errs = append(errs, field.Duplicate(ip, map[string]string{"name": m.Name}))
+		}
+		members[m.Name] = true
+		errs = append(errs, pattern(ip.Child("backendRef", "name"), m.BackendRef.Name, 63, dns1035RE)...)
+		if m.BackendRef.Port < 1 || m.BackendRef.Port > 65535 {
+			errs = append(errs, field.Invalid(ip.Child("backendRef", "port"), m.BackendRef.Port, "must be 1-65535"))
+		}
+	}
 	return errs
 }
 

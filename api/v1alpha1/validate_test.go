@@ -179,6 +179,41 @@ backendRef: {name: orders, port: 0}`, "spec.backendRef.port", "DatabaseExposure"
 	{"dbx backend name upper case", `
 engine: postgres
 backendRef: {name: Orders, port: 5432}`, "spec.backendRef.name", "DatabaseExposure"},
+	{"dbx members", `
+engine: kafka
+backendRef: {name: events-bootstrap, port: 9093}
+members:
+- {name: broker-0, backendRef: {name: events-0, port: 9093}}
+- {name: broker-1, backendRef: {name: events-1, port: 9093}}`, "", "DatabaseExposure"},
+	{"dbx members on a server-first engine pass the CRD (the render refuses them)", `
+engine: mariadb
+port: 13306
+backendRef: {name: db, port: 3306}
+members: [{name: replica, backendRef: {name: db-1, port: 3306}}]`, "", "DatabaseExposure"},
+	{"dbx member name with a dot", `
+engine: kafka
+backendRef: {name: events, port: 9093}
+members: [{name: broker.0, backendRef: {name: events-0, port: 9093}}]`, "spec.members[0].name", "DatabaseExposure"},
+	{"dbx member name starting with a digit", `
+engine: mongodb
+backendRef: {name: rs, port: 27017}
+members: [{name: 0rs, backendRef: {name: rs-0, port: 27017}}]`, "spec.members[0].name", "DatabaseExposure"},
+	{"dbx member names duplicate", `
+engine: kafka
+backendRef: {name: events, port: 9093}
+members:
+- {name: broker, backendRef: {name: events-0, port: 9093}}
+- {name: broker, backendRef: {name: events-1, port: 9093}}`, "spec.members[1]", "DatabaseExposure"},
+	{"dbx member backend port 0", `
+engine: kafka
+backendRef: {name: events, port: 9093}
+members: [{name: b0, backendRef: {name: events-0, port: 0}}]`, "spec.members[0].backendRef.port", "DatabaseExposure"},
+	{"dbx 129 members", "engine: kafka\nbackendRef: {name: events, port: 9093}\nmembers:\n" + manyMembers(129), "spec.members", "DatabaseExposure"},
+	{"dbx 128 members", "engine: kafka\nbackendRef: {name: events, port: 9093}\nmembers:\n" + manyMembers(128), "", "DatabaseExposure"},
+	{"dbx member backend name upper case", `
+engine: kafka
+backendRef: {name: events, port: 9093}
+members: [{name: b0, backendRef: {name: Events-0, port: 9093}}]`, "spec.members[0].backendRef.name", "DatabaseExposure"},
 }
 
 var trustAnchorCases = []validationCase{
@@ -194,6 +229,15 @@ sourceSecretRef: {name: db-ca}`, "spec.release", "TrustAnchor"},
 	{"ta reader without name", `
 sourceSecretRef: {name: db-ca}
 readers: [{kind: User}]`, "spec.readers[0].name", "TrustAnchor"},
+}
+
+// manyMembers is n members b0, b1, … as YAML list entries.
+func manyMembers(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "- {name: b%d, backendRef: {name: events-%d, port: 9093}}\n", i, i)
+	}
+	return b.String()
 }
 
 func (c validationCase) yaml(name string) string {

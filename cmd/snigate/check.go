@@ -133,6 +133,16 @@ func writeTenants(out io.Writer, in *resources.Resources, r *render.Result, anch
 			}
 		}
 		writeConditions(w, "  ", conds)
+		for _, m := range x.Status.Members {
+			fmt.Fprintf(w, "  member %s  %s", m.Name, m.Reason)
+			if m.Route != "" {
+				fmt.Fprintf(w, "  route %s  hostnames: %s", m.Route, strings.Join(m.Hostnames, ", "))
+			}
+			if m.Reason != v1alpha1.ReasonAccepted && m.Message != "" {
+				fmt.Fprintf(w, "  (%s)", m.Message)
+			}
+			fmt.Fprintln(w)
+		}
 		if x.Status.Connect != "" {
 			fmt.Fprintf(w, "  connect: %s\n", x.Status.Connect)
 		}

@@ -329,11 +329,20 @@ func TestStateWhileReloading(t *testing.T) {
 // A certificate probe's new verdict changes the exposures' status and nothing else: the
 // routing table is not translated or applied again, and the generation stays (a verdict is
 // not a configuration). The demo's databases are not running here, so the probes find
-// them unreachable, which moves CertificateVerified from Pending.
+// them unreachable, which moves CertificateVerified from Pending. One exposure has members,
+// each probed on its own route: their verdicts do not move the generation either.
 func TestProbeVerdictIsStatusOnly(t *testing.T) {
 	res, err := file.Load("../../examples/databases")
 	if err != nil {
 		t.Fatal(err)
+	}
+	res.DatabaseExposures = slices.Clone(res.DatabaseExposures)
+	for i, d := range res.DatabaseExposures {
+		if d.Name == "orders" {
+			d = d.DeepCopy()
+			d.Spec.Members = []v1alpha1.DatabaseMember{{Name: "replica-1", BackendRef: d.Spec.BackendRef}, {Name: "replica-2", BackendRef: d.Spec.BackendRef}}
+			res.DatabaseExposures[i] = d
+		}
 	}
 	rec := &recorder{}
 	var r *Runner
@@ -359,17 +368,22 @@ func TestProbeVerdictIsStatusOnly(t *testing.T) {
 	go probes.Run(ctx)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		verdicts := 0
+		verdicts, members := 0, 0
 		for _, x := range r.State().DatabaseExposures {
 			if c := meta.FindStatusCondition(x.Status.Conditions, v1alpha1.ConditionCertificateVerified); c != nil && c.Reason != v1alpha1.ReasonProbePending {
 				verdicts++
 			}
+			for _, m := range x.Status.Members {
+				if m.Certificate != "" && m.Certificate != v1alpha1.ReasonProbePending {
+					members++
+				}
+			}
 		}
-		if verdicts == len(res.DatabaseExposures) {
+		if verdicts == len(res.DatabaseExposures) && members == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d exposures have a verdict after 20 s", verdicts, len(res.DatabaseExposures))
+			t.Fatalf("%d of %d exposures and %d of 2 members have a verdict after 20 s", verdicts, len(res.DatabaseExposures), members)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

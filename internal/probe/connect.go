@@ -167,6 +167,15 @@ func (s *session) failed(ctx context.Context, ph phase, err error) *Result {
 	}
 	closed := isClosed(err)
 	if ph == phaseHandshake && len(s.conn.first) > 0 && !looksLikeTLS(s.conn.first) {
+		if e, ok := engine.Greeting(s.conn.first); ok && e.SpeaksFirstFix != "" {
+			// TLS may well be on: the server greeted before it read the ClientHello
+			// (issue 53: "turn TLS on" named the wrong fix for NATS).
+			name := string(e.Name)
+			if e.Start == engine.ServerFirst {
+				name = "MySQL or MariaDB" // one greeting for both
+			}
+			return notTLS("%s sent a %s greeting first (%s) instead of answering the TLS ClientHello: %s", addr, name, quote(s.conn.first), e.SpeaksFirstFix)
+		}
 		return notTLS("%s answered the TLS ClientHello in plaintext (%s): it does not speak TLS on this port; turn TLS on in the server, or point backendRef at its TLS port", addr, quote(s.conn.first))
 	}
 	if ctx.Err() != nil || isTimeout(err) {

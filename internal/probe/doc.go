@@ -18,7 +18,11 @@
 //
 // # How it connects
 //
-// One TCP connection per probe, bounded by ctx (DefaultTimeout when ctx has no deadline):
+// Probe makes one TCP connection, bounded by ctx (DefaultTimeout when ctx has no deadline).
+// The Runner probes a route: ProbeEndpoints makes one such connection to each ready
+// endpoint of the route's Service (Target.Endpoints, at most MaxEndpoints, a few at once)
+// and Combine makes the route's verdict, Verified only when every endpoint verifies (a
+// client may be sent to any of them). Each connection starts TLS the engine's way:
 //
 //   - engine.PostgresSSLRequest: the 8-byte SSLRequest, then exactly one byte back. 'S' starts
 //     the TLS handshake; 'N' means the server refuses TLS. The probe never writes anything
@@ -60,6 +64,10 @@
 //	MissingDNSNames   a hostname is not matched by the leaf's names (wildcards count, the
 //	                  common name does not: clients ignore it)
 //	Verified          everything above holds
+//
+// A server that greets first where a ClientHello was sent (NATS without handshake_first, a
+// MySQL or MariaDB greeting) is NotTLS with the engine table's fix for it
+// (engine.Greeting), not "turn TLS on": its TLS may well be on.
 //
 // A connection closed or reset right after the TLS request is NotTLS, not Unreachable: it is
 // what a plaintext server does when it cannot parse a ClientHello, and the connection itself

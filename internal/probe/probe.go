@@ -17,8 +17,13 @@ const DefaultTimeout = 10 * time.Second
 
 // Target is what to probe and what its certificate must prove.
 type Target struct {
-	// Address is host:port of the backend (the Service the exposure's backendRef names).
+	// Address is host:port of the backend (the Service the exposure's backendRef names):
+	// what Probe connects to.
 	Address string
+	// Endpoints are every ready endpoint of the route's Service, in the order the data
+	// plane dials them: the Runner probes each (ProbeEndpoints), and Address alone when
+	// there are none.
+	Endpoints []string
 	// Start is how the engine's clients begin TLS (engine.Lookup(...).Start).
 	Start engine.Start
 	// SNI is sent in the ClientHello: the first external hostname, as a client of the gateway
@@ -48,14 +53,36 @@ type Result struct {
 	// Chain is the chain as served, leaf first (nil when none was read): which CA issued it
 	// tells a CA rotation's progress.
 	Chain []*x509.Certificate
+	// Endpoints are each endpoint's own result, when the route's endpoints were probed
+	// (ProbeEndpoints); Certificate and Chain are then the first failing endpoint's, or
+	// the first endpoint's when every one verifies.
+	Endpoints []EndpointResult
 }
 
-// Expiry returns the leaf's NotAfter, when the probe read a certificate.
+// Expiry returns the earliest NotAfter of the leaves the probe read (of every endpoint).
 func Expiry(r Result) (time.Time, bool) {
-	if len(r.Chain) == 0 {
-		return time.Time{}, false
+	var first time.Time
+	found := false
+	for _, c := range r.Chains() {
+		if len(c) > 0 && (!found || c[0].NotAfter.Before(first)) {
+			first, found = c[0].NotAfter, true
+		}
 	}
-	return r.Chain[0].NotAfter, true
+	return first, found
+}
+
+// Chains are the chains every endpoint served, leaf first (the result's own when it has no
+// endpoints); a nil chain stands for an endpoint that served none (AnchorsInUse: such a
+// backend may still serve an old chain).
+func (r Result) Chains() [][]*x509.Certificate {
+	if len(r.Endpoints) == 0 {
+		return [][]*x509.Certificate{r.Chain}
+	}
+	out := make([][]*x509.Certificate, len(r.Endpoints))
+	for i, e := range r.Endpoints {
+		out[i] = e.Chain
+	}
+	return out
 }
 
 // Probe connects to t.Address the way clients of t.Start do, reads the certificate chain and

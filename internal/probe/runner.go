@@ -39,19 +39,26 @@ type RunnerOptions struct {
 	Expiry *prometheus.GaugeVec
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// MaxRate caps the probes a second (default 50): 10 000 exposures are probed within
-	// Interval without their databases, or the gateway's host, seeing a burst.
+	// MaxRate caps the connections a second (default 50), every endpoint of every route
+	// counted: 10 000 exposures are probed within Interval without their databases, or the
+	// gateway's host, seeing a burst.
 	MaxRate float64
-	// Probes, when set, counts the probes by verdict (reason).
+	// Concurrency bounds the routes probed at once (default 4): a silent endpoint holds
+	// its worker for Timeout, not every other probe.
+	Concurrency int
+	// Probes, when set, counts the probes by verdict (reason): one per endpoint.
 	Probes *prometheus.CounterVec
 }
 
-// Runner probes a set of targets: a new or changed target at once, every target again about
-// each Interval (a tenth of it at random either way, so that targets set at once do not
-// stay due at once), one probe at a time and at most MaxRate a second (a probe is one short
-// connection; a tenant's databases are not stormed, nor the gateway's host at 10 000
-// exposures). The next due target comes off a heap: nothing is sorted or scanned per probe.
-// The latest result of each target is kept for Results.
+// Runner probes a set of targets, each a route with every ready endpoint of its Service: a
+// new or changed target at once, every target again about each Interval (a tenth of it at
+// random either way, so that targets set at once do not stay due at once), at most
+// Concurrency routes at a time and at most MaxRate connections a second over all of them
+// (a probe is one short connection per endpoint; a tenant's databases are not stormed, nor
+// the gateway's host at 10 000 exposures: 10 000 targets set at once are probed over
+// 10 000/MaxRate seconds, and stay spread after that). The next due target comes off a
+// heap: nothing is sorted or scanned per probe. The latest result of each target is kept
+// for Results.
 //
 //	r := probe.NewRunner(probe.RunnerOptions{OnChange: rerender, Expiry: m.BackendCertificateExpiry})
 //	go r.Run(ctx)
@@ -72,6 +79,10 @@ type Runner struct {
 	// serving its Expected certificate: the next one comes after Retry << retries (at most
 	// Interval).
 	retries map[Key]int
+
+	// next is when the next connection may start (the MaxRate limit).
+	rateMu sync.Mutex
+	next   time.Time
 }
 
 // dueQueue is a min-heap of due times (container/heap).
@@ -137,6 +148,9 @@ func NewRunner(o RunnerOptions) *Runner {
 	if o.MaxRate <= 0 {
 		o.MaxRate = 50
 	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
 	return &Runner{opts: o, kick: make(chan struct{}, 1), targets: map[Key]Target{},
 		results: map[Key]Result{}, dueAt: map[Key]time.Time{}, retries: map[Key]int{}}
 }
@@ -181,11 +195,13 @@ func (r *Runner) Results() map[Key]Result {
 	return maps.Clone(r.results)
 }
 
-// Run probes until ctx is done.
+// Run probes until ctx is done, and returns once its probes have.
 func (r *Runner) Run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	gap := time.Duration(float64(time.Second) / r.opts.MaxRate)
+	workers := make(chan struct{}, r.opts.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -194,35 +210,74 @@ func (r *Runner) Run(ctx context.Context) {
 		case <-timer.C:
 		}
 		for {
-			k, t, ok := r.due()
-			if !ok || ctx.Err() != nil {
-				break
-			}
-			start := time.Now()
-			pctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-			res := Probe(pctx, t, r.opts.Now())
-			cancel()
-			if ctx.Err() != nil {
-				// Stopped mid-probe (the replica lost its leader Lease): the target is due
-				// at once when Run starts again, not lost from the queue.
-				r.requeue(k, t)
+			// A free worker first, then the earliest due target: one taken while every
+			// worker is busy would wait, not due, while Set may change it.
+			select {
+			case workers <- struct{}{}:
+			case <-ctx.Done():
 				return
 			}
-			if r.opts.Probes != nil {
-				r.opts.Probes.WithLabelValues(res.Reason).Inc()
-			}
-			if r.record(k, t, res) && r.opts.OnChange != nil {
-				r.opts.OnChange()
-			}
-			if d := gap - time.Since(start); d > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(d):
+			k, t, ok := r.due()
+			if !ok || ctx.Err() != nil {
+				if ok {
+					r.requeue(k, t) // taken as Run stopped: due at once when it starts again
 				}
+				<-workers
+				break
 			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-workers }()
+				res := ProbeEndpoints(ctx, t, r.opts.Now(), r.opts.Timeout, r.slot)
+				if ctx.Err() != nil {
+					// Stopped mid-probe (the replica lost its leader Lease): the target is
+					// due at once when Run starts again, not lost from the queue.
+					r.requeue(k, t)
+					return
+				}
+				if r.opts.Probes != nil {
+					for _, e := range endpointResults(res) {
+						r.opts.Probes.WithLabelValues(e.Reason).Inc()
+					}
+				}
+				if r.record(k, t, res) && r.opts.OnChange != nil {
+					r.opts.OnChange()
+				}
+				// Its next probe is scheduled now: the loop may have to wake earlier.
+				select {
+				case r.kick <- struct{}{}:
+				default:
+				}
+			}()
 		}
 		timer.Reset(r.untilNext())
+	}
+}
+
+// slot waits until a connection may start under MaxRate: each caller reserves the next
+// free instant, so concurrent probes share one rate.
+func (r *Runner) slot(ctx context.Context) error {
+	gap := time.Duration(float64(time.Second) / r.opts.MaxRate)
+	r.rateMu.Lock()
+	now := time.Now()
+	at := now
+	if r.next.After(now) {
+		at = r.next
+	}
+	r.next = at.Add(gap)
+	r.rateMu.Unlock()
+	d := at.Sub(now)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -283,8 +338,11 @@ func (r *Runner) record(k Key, t Target, res Result) bool {
 	r.results[k] = res
 	// Soon again: a backend not reachable yet (a database that starts after the gateway, or
 	// restarts), or not serving its Expected certificate yet.
-	unreachable := res.Reason == v1alpha1.ReasonUnreachable
-	stale := t.Expected != nil && (res.Certificate == nil || res.Certificate.Serial != serialHex(t.Expected.SerialNumber))
+	unreachable, stale := false, false
+	for _, e := range endpointResults(res) {
+		unreachable = unreachable || e.Reason == v1alpha1.ReasonUnreachable
+		stale = stale || t.Expected != nil && (e.Certificate == nil || e.Certificate.Serial != serialHex(t.Expected.SerialNumber))
+	}
 	if unreachable || stale {
 		if n, ok := r.retries[k]; ok {
 			r.retries[k] = n + 1
@@ -301,11 +359,34 @@ func (r *Runner) record(k Key, t Target, res Result) bool {
 			r.opts.Expiry.DeleteLabelValues(k[0], k[1])
 		}
 	}
-	return !had || old.Reason != res.Reason || old.Message != res.Message || !sameCert(old, res)
+	return !had || old.Reason != res.Reason || old.Message != res.Message || !sameCert(old, res) || !sameEndpoints(old, res)
+}
+
+// endpointResults are res's endpoints, or res alone when it has none.
+func endpointResults(res Result) []EndpointResult {
+	if len(res.Endpoints) == 0 {
+		return []EndpointResult{{Result: res}}
+	}
+	return res.Endpoints
+}
+
+// sameEndpoints reports whether a and b probed the same endpoints, each with the same
+// verdict and certificate (status.endpoints lists them).
+func sameEndpoints(a, b Result) bool {
+	if len(a.Endpoints) != len(b.Endpoints) {
+		return false
+	}
+	for i := range a.Endpoints {
+		x, y := a.Endpoints[i], b.Endpoints[i]
+		if x.Address != y.Address || x.Reason != y.Reason || !sameCert(x.Result, y.Result) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameTarget(a, b Target) bool {
-	return a.Address == b.Address && a.Start == b.Start && a.SNI == b.SNI &&
+	return a.Address == b.Address && slices.Equal(a.Endpoints, b.Endpoints) && a.Start == b.Start && a.SNI == b.SNI &&
 		slices.Equal(a.Hostnames, b.Hostnames) && samePool(a.Roots, b.Roots) &&
 		(a.Expected == nil) == (b.Expected == nil) && (a.Expected == nil || a.Expected.Equal(b.Expected))
 }

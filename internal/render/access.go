@@ -30,13 +30,13 @@ func (b *build) tenantAccess() {
 	b.access = append(b.access, accessPolicy(b.meta(TenantAccessName(b.t)), kind, b.t.Name, a))
 }
 
-// exposureAccess renders an exposure's spec.access on its route (kind), with the route's
-// metadata (name, labels, owner).
+// exposureAccess renders an exposure's spec.access on a route of it (kind), its own or a
+// member's, with the route's metadata (name, labels, owner).
 func (b *build) exposureAccess(d *v1alpha1.DatabaseExposure, m metav1.ObjectMeta, kind gwv1.Kind) {
 	if d.Spec.Access == nil {
 		return
 	}
-	b.access = append(b.access, accessPolicy(*m.DeepCopy(), kind, d.Name, d.Spec.Access))
+	b.access = append(b.access, accessPolicy(*m.DeepCopy(), kind, m.Name, d.Spec.Access))
 }
 
 func accessPolicy(m metav1.ObjectMeta, kind gwv1.Kind, target string, a *v1alpha1.Access) *v1alpha1.AccessPolicy {

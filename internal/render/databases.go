@@ -32,10 +32,13 @@ type Exposure struct {
 	Rendered bool `json:"-"`
 	// Target is what the certificate probe connects to, nil when nothing is published.
 	Target *ProbeTarget `json:"-"`
+	// MemberTargets are the published members' (spec.members), each probed on its own.
+	MemberTargets []*ProbeTarget `json:"-"`
 
 	gateway [2]string          // the TenantGateway's Gateway (namespace, name), for Complete
 	route   string             // "TLSRoute" or "TCPRoute" (the route has the exposure's name)
 	stored  []metav1.Condition // the conditions the input object carried
+	engine  engine.Engine      // with spec.members: for MembersAccepted's message
 }
 
 // CertificateNames are the external hostnames snigate adds to a cert-manager Certificate
@@ -51,6 +54,9 @@ type CertificateNames struct {
 // exposure names, the engine (how its clients start TLS) and the external hostnames the
 // certificate must name (the first is the SNI).
 type ProbeTarget struct {
+	// Route is the route's name, which keys the probe (probe.Key{namespace, Route}): the
+	// exposure's own name, or a member's route.
+	Route       string
 	Engine      v1alpha1.Engine
 	Service     string // the backend Service's name, in the exposure's namespace
 	ServicePort int32
@@ -69,6 +75,8 @@ type Probe struct {
 	Reason      string
 	Message     string
 	Certificate *v1alpha1.ServerCertificate
+	// Endpoints are the route's ready endpoints, each with what it served.
+	Endpoints []v1alpha1.EndpointCertificate
 }
 
 // exposureInput is one defaulted DatabaseExposure and what the first pass decided of it.
@@ -197,9 +205,15 @@ func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg stri
 		if ref := in.d.Spec.CertificateRef; ref != nil && len(x.Status.Hostnames) > 0 {
 			// Its Certificate keeps the names the kept route serves.
 			r.addCertificateNames([]CertificateNames{{Namespace: k[0], Name: ref.Name, Hostnames: x.Status.Hostnames}})
+			for _, ms := range x.Status.Members {
+				if ms.Route != "" {
+					r.addCertificateNames([]CertificateNames{{Namespace: k[0], Name: ref.Name, Hostnames: ms.Hostnames}})
+				}
+			}
 		}
+		// Its routes and policies: its own and its members' (all labelled with its name).
 		for _, tr := range r.opts.Previous.TLSRoutes {
-			if tr.Namespace == k[0] && tr.Name == k[1] {
+			if tr.Namespace == k[0] && tr.Labels[LabelDatabaseExposure] == k[1] {
 				r.out.TLSRoutes = append(r.out.TLSRoutes, tr)
 			}
 		}
@@ -209,7 +223,7 @@ func (r *renderer) previousExposures(t *v1alpha1.TenantGateway, reason, msg stri
 			}
 		}
 		for _, ap := range r.opts.Previous.AccessPolicies {
-			if ap.Namespace == k[0] && ap.Name == k[1] && exposurePolicy(ap) {
+			if ap.Namespace == k[0] && ap.Labels[LabelDatabaseExposure] == k[1] {
 				r.out.AccessPolicies = append(r.out.AccessPolicies, ap)
 			}
 		}
@@ -259,10 +273,11 @@ func (b *build) databases() {
 	byName := map[string]*dbListener{}
 	hostOwner := map[int32]map[string]string{} // port -> hostname -> exposure
 	type accepted struct {
-		in    exposureInput
-		e     engine.Engine
-		l     *dbListener
-		hosts []string
+		in      exposureInput
+		e       engine.Engine
+		l       *dbListener
+		hosts   []string
+		members []memberPlan
 	}
 	var ok []accepted
 	for _, in := range exps {
@@ -301,7 +316,9 @@ func (b *build) databases() {
 			portOwner[port] = who
 			listeners = append(listeners, l)
 			byName[name] = l
-			ok = append(ok, accepted{in, e, l, []string{in.release + "." + string(d.Spec.Engine) + "." + apex}})
+			ok = append(ok, accepted{in, e, l, []string{in.release + "." + string(d.Spec.Engine) + "." + apex},
+				refuseMembers(d, v1alpha1.ReasonServerSpeaksFirst, fmt.Sprintf(
+					"a %s server speaks first, so no SNI names a member: each node needs a port of its own (a DatabaseExposure with spec.port per node)", d.Spec.Engine))})
 			continue
 		}
 		var hosts []string
@@ -360,7 +377,7 @@ func (b *build) databases() {
 		}
 		l.hosts = append(l.hosts, hosts...)
 		l.namespaces = append(l.namespaces, d.Namespace)
-		ok = append(ok, accepted{in, e, l, hosts})
+		ok = append(ok, accepted{in, e, l, hosts, b.planMembers(in, e, l, apex, hostOwner[port])})
 	}
 
 	// The listeners, in port order after the spec's, each allowing exactly the namespaces of
@@ -388,7 +405,7 @@ func (b *build) databases() {
 	}
 
 	for _, a := range ok {
-		b.exposure(a.in, a.e, a.l, a.hosts)
+		b.exposure(a.in, a.e, a.l, a.hosts, a.members)
 	}
 }
 
@@ -419,31 +436,22 @@ func (b *build) apexOf(ns string) string {
 }
 
 // exposure renders one accepted exposure's route and status.
-func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts []string) {
+func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts []string, members []memberPlan) {
 	d := in.d
 	x := Exposure{Namespace: d.Namespace, Name: d.Name, Rendered: true, gateway: [2]string{b.t.Namespace, b.t.Name}, stored: in.src.Status.Conditions}
 	x.Status.ObservedGeneration = d.Generation
 	x.Status.Hostnames, x.Status.Listener, x.Status.Port = hosts, l.name, l.port
 	m := metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: map[string]string{
 		LabelDatabaseExposure: d.Name, LabelTenantGateway: b.t.Name,
-	}}
-	if d.UID != "" {
-		m.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: v1alpha1.GroupVersion.String(), Kind: "DatabaseExposure", Name: d.Name, UID: d.UID,
-			Controller: ptr(true), BlockOwnerDeletion: ptr(true),
-		}}
-	}
+	}, OwnerReferences: exposureOwner(d)}
 	recipe := routeRecipe{uid: d.UID, tenant: b.t.Name, parentNS: b.t.Namespace, parent: b.t.Name, viaSet: b.t.Spec.ParentGatewayRef != nil,
 		listener: l.name, protocol: l.protocol, backend: d.Spec.BackendRef.Name, backendPort: d.Spec.BackendRef.Port,
 		hosts: joinHosts(hosts), namespace: d.Namespace, name: d.Name}
-	key := nsName{d.Namespace, d.Name}
-	b.r.recipes[key] = recipe
-	prev := b.r.previousRoute(key, recipe)
 	parent := b.parentRef(l.name)
-	backend := []gwv1.BackendRef{{BackendObjectReference: gwv1.BackendObjectReference{
-		Name: gwv1.ObjectName(d.Spec.BackendRef.Name), Port: ptr(gwv1.PortNumber(d.Spec.BackendRef.Port)),
-	}}}
 	if l.protocol == gwv1.TCPProtocolType {
+		key := nsName{d.Namespace, d.Name}
+		b.r.recipes[key] = recipe
+		prev := b.r.previousRoute(key, recipe)
 		x.route = "TCPRoute"
 		b.exposureAccess(d, m, "TCPRoute")
 		if prev.tcp != nil {
@@ -453,26 +461,13 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 				TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TCPRoute"},
 				ObjectMeta: m,
 				Spec: gwv1.TCPRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
-					Rules: []gwv1.TCPRouteRule{{BackendRefs: backend}}},
+					Rules: []gwv1.TCPRouteRule{{BackendRefs: backendRefs(d.Spec.BackendRef)}}},
 			})
 		}
 	} else {
 		x.route = "TLSRoute"
 		b.exposureAccess(d, m, "TLSRoute")
-		if prev.tls != nil {
-			b.tlsRoutes = append(b.tlsRoutes, prev.tls)
-		} else {
-			hn := make([]gwv1.Hostname, len(hosts))
-			for i, h := range hosts {
-				hn[i] = gwv1.Hostname(h)
-			}
-			b.tlsRoutes = append(b.tlsRoutes, &gwv1.TLSRoute{
-				TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TLSRoute"},
-				ObjectMeta: m,
-				Spec: gwv1.TLSRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
-					Hostnames: hn, Rules: []gwv1.TLSRouteRule{{BackendRefs: backend}}},
-			})
-		}
+		b.tlsRoute(m, recipe, parent, hosts, d.Spec.BackendRef)
 	}
 	ca := "ca.crt"
 	anchor := ""
@@ -481,11 +476,11 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 		// The file a reader saves the published Secret's ca.crt to (docs/databases.md).
 		ca = trustanchor.SecretName(b.r.anchorRelease(d.Namespace, ref.Name)) + ".crt"
 	}
-	x.Status.Connect = e.Connect(hosts[0], l.port, ca)
+	x.Status.Connect = e.ConnectFor(hosts[0], l.port, d.Spec.BackendRef.Port, ca)
 	if ref := d.Spec.CertificateRef; ref != nil {
 		b.certNames = append(b.certNames, CertificateNames{Namespace: d.Namespace, Name: ref.Name, Hostnames: hosts})
 	}
-	x.Target = &ProbeTarget{Engine: d.Spec.Engine, Service: d.Spec.BackendRef.Name, ServicePort: d.Spec.BackendRef.Port, Hostnames: hosts, TrustAnchor: anchor}
+	x.Target = &ProbeTarget{Route: d.Name, Engine: d.Spec.Engine, Service: d.Spec.BackendRef.Name, ServicePort: d.Spec.BackendRef.Port, Hostnames: hosts, TrustAnchor: anchor}
 	if ref := d.Spec.CertificateRef; ref != nil {
 		for _, c := range b.r.opts.Certificates {
 			if c.Namespace == d.Namespace && c.Name == ref.Name {
@@ -501,7 +496,36 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 		fmt.Sprintf("published as %s on listener %s (port %d) of %s", strings.Join(hosts, ", "), l.name, l.port, of))
 	b.r.exposureCondition(&x, in.src, v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, "waiting for the data plane")
 	b.r.probeCondition(&x, in.src)
+	b.members(in, e, l, members, &x, anchor, ca)
+	b.r.memberVerdicts(&x, in.src)
 	b.exposureStatus = append(b.exposureStatus, x)
+}
+
+// tlsRoute renders a TLSRoute of an exposure (its own, or a member's): the previous render's
+// when it was built from the same recipe.
+func (b *build) tlsRoute(m metav1.ObjectMeta, recipe routeRecipe, parent gwv1.ParentReference, hosts []string, backend v1alpha1.DatabaseBackendRef) {
+	key := nsName{m.Namespace, m.Name}
+	b.r.recipes[key] = recipe
+	if prev := b.r.previousRoute(key, recipe); prev.tls != nil {
+		b.tlsRoutes = append(b.tlsRoutes, prev.tls)
+		return
+	}
+	hn := make([]gwv1.Hostname, len(hosts))
+	for i, h := range hosts {
+		hn[i] = gwv1.Hostname(h)
+	}
+	b.tlsRoutes = append(b.tlsRoutes, &gwv1.TLSRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TLSRoute"},
+		ObjectMeta: m,
+		Spec: gwv1.TLSRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
+			Hostnames: hn, Rules: []gwv1.TLSRouteRule{{BackendRefs: backendRefs(backend)}}},
+	})
+}
+
+func backendRefs(ref v1alpha1.DatabaseBackendRef) []gwv1.BackendRef {
+	return []gwv1.BackendRef{{BackendObjectReference: gwv1.BackendObjectReference{
+		Name: gwv1.ObjectName(ref.Name), Port: ptr(gwv1.PortNumber(ref.Port)),
+	}}}
 }
 
 // probeCondition sets CertificateVerified from the latest probe of the exposure.
@@ -511,7 +535,7 @@ func (r *renderer) probeCondition(x *Exposure, d *v1alpha1.DatabaseExposure) {
 		r.exposureCondition(x, d, v1alpha1.ConditionCertificateVerified, false, v1alpha1.ReasonProbePending, "the backend's certificate has not been probed yet")
 		return
 	}
-	x.Status.ServerCertificate = p.Certificate
+	x.Status.ServerCertificate, x.Status.Endpoints = p.Certificate, p.Endpoints
 	r.exposureCondition(x, d, v1alpha1.ConditionCertificateVerified, p.Reason == v1alpha1.ReasonVerified, p.Reason, p.Message)
 }
 
@@ -583,6 +607,7 @@ func completeExposures(out *Result, st *translate.Status, now func() metav1.Time
 			parents = rs.Parents
 		}
 		x.Status.Access = st.Access(x.route, x.Namespace, x.Name)
+		completeMembers(x, st, now)
 		c := metav1.Condition{Type: v1alpha1.ConditionProgrammed, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotProgrammed,
 			Message: "the route has no status from the Gateway", ObservedGeneration: x.Status.ObservedGeneration}
 		for _, p := range parents {

@@ -25,6 +25,10 @@ type index struct {
 	issuers      map[nsName]*cmv1.Issuer
 	certificates map[nsName]*cmv1.Certificate
 	namespaces   map[string]*corev1.Namespace
+	// services are looked up for spec.members (a member whose Service is missing says so);
+	// exposures, for a member route's name that an exposure of that name holds.
+	services  map[nsName]*corev1.Service
+	exposures map[nsName]*v1alpha1.DatabaseExposure
 
 	// The routes of each namespace, in input order.
 	httpIn map[string][]*gwv1.HTTPRoute
@@ -70,6 +74,8 @@ func newIndex(in *resources.Resources, opts Options) *index {
 		issuers:      byName(opts.Issuers),
 		certificates: byName(opts.Certificates),
 		namespaces:   make(map[string]*corev1.Namespace, len(in.Namespaces)),
+		services:     byName(in.Services),
+		exposures:    byName(in.DatabaseExposures),
 		httpIn:       map[string][]*gwv1.HTTPRoute{},
 		tlsIn:        map[string][]*gwv1.TLSRoute{},
 		labelled:     map[string][]*corev1.Namespace{},

@@ -38,6 +38,7 @@ type routeRecipe struct {
 	backendPort      int32
 	hosts            string
 	namespace, name  string
+	member           string // a member's route: the member's name
 }
 
 type routeMemo struct {

@@ -8,6 +8,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/engine"
 	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/resources"
@@ -15,8 +16,9 @@ import (
 	"github.com/snigate/snigate/internal/trustanchor"
 )
 
-// ProbeTargets is what the certificate probe connects to for each exposure out publishes:
-// the first ready endpoint of its backend Service (the address the gateway dials), started
+// ProbeTargets is what the certificate probe connects to for each route out publishes (an
+// exposure's own, and each member's): every ready endpoint of its backend Service (the
+// addresses the gateway dials: a client may be sent to any of them), started
 // the engine's way, with the external hostnames, and as roots the bundle its TrustAnchor
 // publishes (bundles, by TrustAnchor: what clients verify with, a rotated-out CA still in
 // it included), or else the CA certificates of the TrustAnchor's source. An exposure whose
@@ -30,29 +32,30 @@ func ProbeTargets(res *resources.Resources, out *Result, bundles map[types.Names
 	// times on every change.
 	pools := map[types.NamespacedName]*x509.CertPool{}
 	for _, x := range out.Exposures {
-		pt := x.Target
-		if pt == nil || !x.Rendered {
+		if x.Target == nil || !x.Rendered {
 			continue
 		}
-		e, _ := engine.Lookup(pt.Engine)
-		t := probe.Target{Address: eps.first(x.Namespace, pt.Service, pt.ServicePort), Start: e.Start,
-			SNI: pt.Hostnames[0], Hostnames: pt.Hostnames}
-		if pt.TrustAnchor != "" {
-			key := types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}
-			if pools[key] == nil {
-				if b, ok := bundles[key]; ok {
-					pools[key] = x509.NewCertPool()
-					pools[key].AppendCertsFromPEM(b)
-				} else {
-					pools[key] = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+		for _, pt := range x.targets() {
+			e, _ := engine.Lookup(pt.Engine)
+			t := probe.Target{Endpoints: eps.ready(x.Namespace, pt.Service, pt.ServicePort), Start: e.Start,
+				SNI: pt.Hostnames[0], Hostnames: pt.Hostnames}
+			if pt.TrustAnchor != "" {
+				key := types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}
+				if pools[key] == nil {
+					if b, ok := bundles[key]; ok {
+						pools[key] = x509.NewCertPool()
+						pools[key].AppendCertsFromPEM(b)
+					} else {
+						pools[key] = anchorRoots(res, x.Namespace, pt.TrustAnchor)
+					}
 				}
+				t.Roots = pools[key]
 			}
-			t.Roots = pools[key]
+			if pt.CertificateSecret != "" {
+				t.Expected = secretLeaf(res, x.Namespace, pt.CertificateSecret)
+			}
+			targets[probe.Key{x.Namespace, pt.Route}] = t
 		}
-		if pt.CertificateSecret != "" {
-			t.Expected = secretLeaf(res, x.Namespace, pt.CertificateSecret)
-		}
-		targets[probe.Key{x.Namespace, x.Name}] = t
 	}
 	return targets
 }
@@ -61,7 +64,15 @@ func ProbeTargets(res *resources.Resources, out *Result, bundles map[types.Names
 func Verdicts(results map[probe.Key]probe.Result) map[[2]string]Probe {
 	out := make(map[[2]string]Probe, len(results))
 	for k, r := range results {
-		out[k] = Probe{Reason: r.Reason, Message: r.Message, Certificate: r.Certificate}
+		p := Probe{Reason: r.Reason, Message: r.Message, Certificate: r.Certificate}
+		for _, e := range r.Endpoints {
+			ec := v1alpha1.EndpointCertificate{Address: e.Address, Reason: e.Reason}
+			if c := e.Certificate; c != nil {
+				ec.Serial, ec.NotAfter = c.Serial, c.NotAfter.DeepCopy()
+			}
+			p.Endpoints = append(p.Endpoints, ec)
+		}
+		out[k] = p
 	}
 	return out
 }
@@ -77,12 +88,19 @@ func AnchorsInUse(out *Result, results map[probe.Key]probe.Result) map[types.Nam
 		if x.Target == nil || x.Target.TrustAnchor == "" {
 			continue
 		}
-		r, ok := results[probe.Key{x.Namespace, x.Name}]
-		if !ok || len(r.Chain) == 0 {
-			return nil
+		for _, pt := range x.targets() {
+			r, ok := results[probe.Key{x.Namespace, pt.Route}]
+			if !ok {
+				return nil
+			}
+			k := types.NamespacedName{Namespace: x.Namespace, Name: pt.TrustAnchor}
+			for _, chain := range r.Chains() {
+				if len(chain) == 0 {
+					return nil
+				}
+				inUse[k] = append(inUse[k], chain...)
+			}
 		}
-		k := types.NamespacedName{Namespace: x.Namespace, Name: x.Target.TrustAnchor}
-		inUse[k] = append(inUse[k], r.Chain...)
 	}
 	return inUse
 }
@@ -102,19 +120,26 @@ func newEndpoints(res *resources.Resources) endpoints {
 	return e
 }
 
-// first is host:port of the first ready endpoint of Service ns/name's port, or "": the
-// address the data plane would dial first (translate's resolution, the one place for it).
-func (e endpoints) first(ns, name string, port int32) string {
+// ready are host:port of every ready endpoint of Service ns/name's port, in the order the
+// data plane dials them (translate's resolution, the one place for it); nil when none.
+func (e endpoints) ready(ns, name string, port int32) []string {
 	s := e.services[nsName{ns, name}]
 	if s == nil {
-		return ""
+		return nil
 	}
-	if sp := translate.ServicePort(s, port); sp != nil {
-		if eps := translate.Endpoints(e.slices[nsName{ns, name}], sp.Name); len(eps) > 0 {
-			return eps[0].String()
-		}
+	sp := translate.ServicePort(s, port)
+	if sp == nil {
+		return nil
 	}
-	return ""
+	eps := translate.Endpoints(e.slices[nsName{ns, name}], sp.Name)
+	if len(eps) == 0 {
+		return nil
+	}
+	out := make([]string, len(eps))
+	for i, ep := range eps {
+		out[i] = ep.String()
+	}
+	return out
 }
 
 // anchorRoots is the pool of the CA certificates TrustAnchor ns/name publishes from its
@@ -166,4 +191,12 @@ func secretLeaf(res *resources.Resources, ns, name string) *x509.Certificate {
 		return leaf
 	}
 	return nil
+}
+
+// targets are what the probe connects to for x: its own route, then its members'.
+func (x *Exposure) targets() []*ProbeTarget {
+	if x.Target == nil {
+		return nil
+	}
+	return append([]*ProbeTarget{x.Target}, x.MemberTargets...)
 }

@@ -31,7 +31,9 @@
 // removed with the last), one TLSRoute per release owned by its exposure (a TCP listener and
 // TCPRoute for a server-speaks-first engine with a port), conflicts decided by age, and each
 // exposure's status with the certificate probe's verdict from Options.Probes. ProbeTargets
-// says what that probe connects to.
+// says what that probe connects to: every ready endpoint of each route. A clustered
+// database's spec.members get hostnames and a TLSRoute each on the exposure's listener
+// (members.go).
 //
 // The tenant tree of <t> is <ns>, every namespace labelled snigate.dev/gateway=<ns> (a child,
 // whose own apex is its snigate.dev/host label) and spec.attachedNamespaces. Routes of the
@@ -824,7 +826,7 @@ func redirectName(t *v1alpha1.TenantGateway) string { return t.Name + "-http-red
 
 // conditionOrder is the order conditions are listed in.
 var conditionOrder = map[string]int{v1alpha1.ConditionAccepted: 0, v1alpha1.ConditionReady: 1, v1alpha1.ConditionListenerBudget: 2,
-	v1alpha1.ConditionProgrammed: 1, v1alpha1.ConditionCertificateVerified: 2}
+	v1alpha1.ConditionProgrammed: 1, v1alpha1.ConditionCertificateVerified: 2, v1alpha1.ConditionMembersAccepted: 3}
 
 func sortConditions(c []metav1.Condition) {
 	slices.SortStableFunc(c, func(a, b metav1.Condition) int { return conditionOrder[a.Type] - conditionOrder[b.Type] })
