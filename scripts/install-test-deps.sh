@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # install-test-deps.sh — install the real servers and clients that snigate's end-to-end tests
-# start as private instances (internal/testutil): PostgreSQL, Redis, MariaDB, and the other
-# proxies we compare against; promtool (package prometheus) for the alert rules' test; and
-# Chromium (headless) for the admin status page's browser test.
+# start as private instances (internal/testutil): PostgreSQL, Redis, MariaDB, RabbitMQ (with
+# amqp-tools, its C clients), ClickHouse (server and its native client) and kcat (a Kafka
+# client on librdkafka), and the other proxies we compare against; promtool (package
+# prometheus) for the alert rules' test; and Chromium (headless) for the admin status page's
+# browser test. The engines Debian 12 does not carry are built from their Go modules by
+# scripts/install-engines.sh (NATS, FerretDB) or run in-process by the test (Kafka's kfake).
 # Debian 12 (bookworm), run as root; safe to run again.
 #
 # The packages' own services are never left running: the tests start their own instances on
@@ -15,12 +18,15 @@ PACKAGES=(
 	postgresql postgresql-contrib
 	redis-server redis-tools
 	mariadb-server mariadb-client
+	rabbitmq-server amqp-tools
+	clickhouse-server clickhouse-client
+	kcat
 	openssl curl iproute2
 	haproxy nginx libnginx-mod-stream sniproxy
 	prometheus
 	chromium fonts-dejavu-core
 )
-SERVICES=(postgresql redis-server mariadb mysql haproxy nginx sniproxy prometheus)
+SERVICES=(postgresql redis-server mariadb mysql rabbitmq-server epmd clickhouse-server haproxy nginx sniproxy prometheus)
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "install-test-deps: must run as root" >&2
