@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/fixture"
+)
+
+// kafkaBrokers is how many brokers the Kafka test runs: enough that a client must reach
+// brokers other than the one it bootstrapped from.
+const kafkaBrokers = 3
+
+// kafkaBrokerIP is broker i's loopback address: the brokers share one port on three
+// addresses, so that the bootstrap Service is one port over three endpoints.
+func kafkaBrokerIP(i int) string { return "127.0.0." + strconv.Itoa(61+i) }
+
+// Kafka through snigate: three TLS brokers of franz-go's kfake, each with its own
+// certificate and advertising its own routed name, behind a bootstrap exposure over all
+// three and one exposure per broker; franz-go bootstraps by the bootstrap name, then
+// produces to and consumes from a partition led by each broker, reconnecting to each by its
+// advertised name.
+//
+// Hand-written: N+1 exposures, until spec.members (one exposure, a name per member) is in
+// main.
+func TestEngineKafka(t *testing.T) {
+	t.Parallel()
+	needBinary(t)
+	ca := testutil.NewCA(t)
+	bootstrap := engineHostnames("events", "kafka")
+	member := func(i int) string { return fmt.Sprintf("events-b%d", i) }
+	var certs []*testutil.Cert
+	for i := range kafkaBrokers {
+		// Every broker's certificate names the bootstrap too: the bootstrap route sends a
+		// client to any of them.
+		names := append(engineHostnames(member(i), "kafka"), bootstrap...)
+		certs = append(certs, ca.Issue(t, names...))
+	}
+	brokerPort, cluster := startKafka(t, certs, func(i int) string { return engineHostnames(member(i), "kafka")[0] + ":9093" })
+
+	objects := []string{exposureYAML("events", "kafka", 9093)}
+	var ips []string
+	for i := range kafkaBrokers {
+		ips = append(ips, kafkaBrokerIP(i))
+		objects = append(objects, exposureYAML(member(i), "kafka", 9093),
+			fixture.ServiceYAML("acme", member(i), 9093, brokerPort, kafkaBrokerIP(i)))
+	}
+	objects = append(objects, fixture.ServiceYAML("acme", "events", 9093, brokerPort, ips...))
+	e := startEngineTenant(t, ca, 9093, objects...)
+
+	t.Run("status", func(t *testing.T) {
+		want := map[string][]*testutil.Cert{"events": certs}
+		for i := range kafkaBrokers {
+			want[member(i)] = certs[i : i+1]
+		}
+		e.waitVerified(t, want)
+	})
+
+	const topic = "snigate-engines"
+	if err := cluster.CreateTopic(topic, kafkaBrokers, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Partition i led by broker i: producing to every partition reaches every broker.
+	for i := range kafkaBrokers {
+		if err := cluster.MoveTopicPartition(topic, int32(i), int32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, seed := range bootstrap {
+		t.Run("franz-go produce and consume across the brokers, bootstrapped by "+seed, func(t *testing.T) {
+			var peers peerRecorder
+			cfg := peers.config(ca)
+			dial := func(ctx context.Context, network, host string) (net.Conn, error) {
+				conn, err := e.dial(ctx, network, host)
+				if err != nil {
+					return nil, err
+				}
+				// What kgo.DialTLSConfig does (it cannot be combined with a Dialer): SNI and
+				// verification by the host the client dials.
+				c := cfg.Clone()
+				c.ServerName, _, _ = net.SplitHostPort(host)
+				tc := tls.Client(conn, c)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					conn.Close()
+					return nil, err
+				}
+				return tc, nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			prod, err := kgo.NewClient(kgo.SeedBrokers(net.JoinHostPort(seed, "9093")), kgo.Dialer(dial),
+				kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequestRetries(2), kgo.RetryTimeout(20*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prod.Close()
+			var records []*kgo.Record
+			for p := range kafkaBrokers {
+				for i := range 5 {
+					records = append(records, &kgo.Record{Topic: topic, Partition: int32(p), Value: fmt.Appendf(nil, "%s %d %d", seed, p, i)})
+				}
+			}
+			if err := prod.ProduceSync(ctx, records...).FirstErr(); err != nil {
+				t.Fatalf("produce: %v", err)
+			}
+			offsets := map[int32]kgo.Offset{}
+			for p := range kafkaBrokers {
+				// Each partition from the first record this subtest wrote to it.
+				offsets[int32(p)] = kgo.NewOffset().At(records[p*5].Offset)
+			}
+			cons, err := kgo.NewClient(kgo.SeedBrokers(net.JoinHostPort(seed, "9093")), kgo.Dialer(dial),
+				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}), kgo.RequestRetries(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cons.Close()
+			got := map[string]bool{}
+			for len(got) < len(records) {
+				fs := cons.PollFetches(ctx)
+				if ctx.Err() != nil {
+					t.Fatalf("consumed %d of %d records: %v", len(got), len(records), ctx.Err())
+				}
+				if errs := fs.Errors(); len(errs) > 0 {
+					t.Fatalf("fetch: %v", errs)
+				}
+				fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)] = true })
+			}
+			for _, r := range records {
+				if !got[string(r.Value)] {
+					t.Errorf("record %q not consumed", r.Value)
+				}
+			}
+			// The client reached the bootstrap and every broker by its advertised name, each
+			// with that broker's own certificate.
+			peers.mu.Lock()
+			_, bootstrapped := peers.serials[seed]
+			peers.mu.Unlock()
+			if !bootstrapped {
+				t.Errorf("the client never connected by the bootstrap name %s", seed)
+			}
+			for i := range kafkaBrokers {
+				peers.check(t, engineHostnames(member(i), "kafka")[0], certs[i])
+			}
+		})
+	}
+
+	t.Run("each broker's certificate is its own", func(t *testing.T) {
+		for i := range kafkaBrokers {
+			e.checkServed(t, certs[i], engineHostnames(member(i), "kafka")...)
+		}
+	})
+
+	t.Run("no SNI is closed with zero bytes", func(t *testing.T) {
+		e.checkNoSNI(t, func() error {
+			// By the address kgo sends no SNI; one try, bounded.
+			cl, err := kgo.NewClient(kgo.SeedBrokers(e.addr()), kgo.DialTLSConfig(&tls.Config{InsecureSkipVerify: true}),
+				kgo.RequestRetries(0), kgo.RetryTimeout(5*time.Second))
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return cl.Ping(ctx)
+		})
+	})
+}
+
+// startKafka starts a kfake cluster of len(certs) TLS brokers: broker i listens on
+// kafkaBrokerIP(i) at one port shared by all, serves certs[i], and advertises advertise(i)
+// (kfake advertises what its listener's Addr says). It returns the port; the cluster is
+// closed when the test ends.
+func startKafka(t *testing.T, certs []*testutil.Cert, advertise func(int) string) (int, *kfake.Cluster) {
+	t.Helper()
+	for range 5 {
+		port, listeners, err := kafkaListeners(len(certs))
+		if err != nil {
+			t.Logf("broker listeners: %v; again on another port", err)
+			continue
+		}
+		var mu sync.Mutex
+		next := 0
+		listen := func(string, string) (net.Listener, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if next == len(listeners) {
+				return nil, fmt.Errorf("kfake asked for broker %d of %d", next, len(listeners))
+			}
+			i := next
+			next++
+			cfg := &tls.Config{Certificates: []tls.Certificate{certs[i].TLS}}
+			return advertisedListener{tls.NewListener(listeners[i], cfg), advertise(i)}, nil
+		}
+		c, err := kfake.NewCluster(kfake.NumBrokers(len(certs)), kfake.ListenFn(listen))
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			t.Fatalf("kfake: %v", err)
+		}
+		t.Cleanup(c.Close)
+		return port, c
+	}
+	t.Fatal("no port free on every broker address")
+	return 0, nil
+}
+
+// kafkaListeners binds n listeners, one per broker address, on one kernel-picked port.
+func kafkaListeners(n int) (int, []net.Listener, error) {
+	first, err := net.Listen("tcp", net.JoinHostPort(kafkaBrokerIP(0), "0"))
+	if err != nil {
+		return 0, nil, err
+	}
+	port := first.Addr().(*net.TCPAddr).Port
+	ls := []net.Listener{first}
+	for i := 1; i < n; i++ {
+		l, err := net.Listen("tcp", net.JoinHostPort(kafkaBrokerIP(i), strconv.Itoa(port)))
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return 0, nil, err
+		}
+		ls = append(ls, l)
+	}
+	return port, ls, nil
+}
+
+// advertisedListener is a listener whose Addr is the name:port its broker advertises.
+type advertisedListener struct {
+	net.Listener
+	advertised string
+}
+
+func (l advertisedListener) Addr() net.Addr { return advertisedAddr(l.advertised) }
+
+type advertisedAddr string
+
+func (a advertisedAddr) Network() string { return "tcp" }
+func (a advertisedAddr) String() string  { return string(a) }
