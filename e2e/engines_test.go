@@ -210,29 +210,24 @@ func (p *peerRecorder) check(t *testing.T, name string, cert *testutil.Cert) {
 }
 
 // checkServed checks, for each name, that a TLS handshake through the gateway with that SNI
-// gets the certificate with cert's serial and verifies it by that name against the CA.
+// verifies the certificate by that name against the CA and that it is cert, by serial.
+// The connection ends with close_notify, as clients end theirs: RabbitMQ keeps a
+// connection that only half-closes (a bare FIN) open until its 10 s handshake timeout, and
+// snigate relays that half-close and waits for the server's side (so its drain on SIGTERM
+// waits too).
 func (e *engineTenant) checkServed(t *testing.T, cert *testutil.Cert, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		peer, err := testutil.PeerCertTLS(ctx, e.addr(), name)
-		cancel()
-		if err != nil {
-			t.Errorf("%s: %v", name, err)
-			continue
-		}
-		if peer.SerialNumber.Cmp(cert.Serial) != 0 {
-			t.Errorf("%s: serial %X through snigate, want the server's own %s", name, peer.SerialNumber, cert.SerialHex())
-		}
-		if err := peer.VerifyHostname(name); err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", e.addr(), e.ca.ClientConfig(name))
 		if err != nil {
 			t.Errorf("verify-full of %s through snigate: %v", name, err)
 			continue
 		}
+		peer := conn.ConnectionState().PeerCertificates[0]
 		conn.Close()
+		if peer.SerialNumber.Cmp(cert.Serial) != 0 {
+			t.Errorf("%s: serial %X through snigate, want the server's own %s", name, peer.SerialNumber, cert.SerialHex())
+		}
 	}
 }
 

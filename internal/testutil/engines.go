@@ -3,6 +3,7 @@ package testutil
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +32,9 @@ func EnginesDir() string {
 func engineBinary(t testing.TB, name string) string {
 	t.Helper()
 	p, err := lookBinary(name, EnginesDir())
+	if err != nil {
+		err = fmt.Errorf("%w: scripts/install-engines.sh builds it", err)
+	}
 	Require(t, name, err)
 	if err != nil {
 		return ""
