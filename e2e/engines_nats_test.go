@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -67,6 +68,19 @@ func TestEngineNATS(t *testing.T) {
 			peers.check(t, name, srv.Cert)
 		})
 	}
+
+	// The trap docs/engines.md warns of: a client that does not start TLS first waits for
+	// the server's INFO, snigate waits for its ClientHello, and the client gives up first.
+	t.Run("nats.go without TLSHandshakeFirst cannot connect", func(t *testing.T) {
+		start := time.Now()
+		nc, err := nats.Connect("tls://"+net.JoinHostPort(names[0], "4222"), nats.Secure(ca.ClientConfig(names[0])),
+			nats.SetCustomDialer(natsDialer{e}), nats.Timeout(2*time.Second), nats.NoReconnect())
+		if err == nil {
+			nc.Close()
+			t.Fatal("connected without TLS first: the server must have spoken first through snigate")
+		}
+		t.Logf("without TLSHandshakeFirst, after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	})
 
 	t.Run("the certificate is the server's own", func(t *testing.T) {
 		e.checkServed(t, srv.Cert, names...)
