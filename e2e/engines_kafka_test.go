@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -26,44 +27,53 @@ const kafkaBrokers = 3
 func kafkaBrokerIP(i int) string { return "127.0.0." + strconv.Itoa(61+i) }
 
 // Kafka through snigate: three TLS brokers of franz-go's kfake, each with its own
-// certificate and advertising its own routed name, behind a bootstrap exposure over all
-// three and one exposure per broker; franz-go bootstraps by the bootstrap name, then
-// produces to and consumes from a partition led by each broker, reconnecting to each by its
-// advertised name.
-//
-// Hand-written: N+1 exposures, until spec.members (one exposure, a name per member) is in
-// main.
+// certificate and advertising its own member name, published by one DatabaseExposure whose
+// backendRef is the bootstrap Service over all three and whose spec.members give each
+// broker <member>.<release>.kafka.<apex> and a route to its own Service. franz-go
+// bootstraps by the bootstrap name, then produces to and consumes from a partition led by
+// each broker, reconnecting to each by its advertised name.
 func TestEngineKafka(t *testing.T) {
 	t.Parallel()
 	needBinary(t)
 	ca := testutil.NewCA(t)
 	bootstrap := engineHostnames("events", "kafka")
-	member := func(i int) string { return fmt.Sprintf("events-b%d", i) }
+	member := func(i int) string { return fmt.Sprintf("b%d", i) }
+	// memberNames are broker i's names: b<i>.events.kafka.<apex> and b<i>.events.<apex>.
+	memberNames := func(i int) []string {
+		return []string{member(i) + "." + bootstrap[0], member(i) + "." + bootstrap[1]}
+	}
 	var certs []*testutil.Cert
 	for i := range kafkaBrokers {
 		// Every broker's certificate names the bootstrap too: the bootstrap route sends a
 		// client to any of them.
-		names := append(engineHostnames(member(i), "kafka"), bootstrap...)
-		certs = append(certs, ca.Issue(t, names...))
+		certs = append(certs, ca.Issue(t, append(memberNames(i), bootstrap...)...))
 	}
-	brokerPort, cluster := startKafka(t, certs, func(i int) string { return engineHostnames(member(i), "kafka")[0] + ":9093" })
+	brokerPort, cluster := startKafka(t, certs, func(i int) string { return memberNames(i)[0] + ":9093" })
 
-	objects := []string{exposureYAML("events", "kafka", 9093)}
-	var ips []string
+	exposure := exposureYAML("events", "kafka", 9093) + "  members:\n"
+	var objects, ips []string
 	for i := range kafkaBrokers {
 		ips = append(ips, kafkaBrokerIP(i))
-		objects = append(objects, exposureYAML(member(i), "kafka", 9093),
-			fixture.ServiceYAML("acme", member(i), 9093, brokerPort, kafkaBrokerIP(i)))
+		svc := "events-" + member(i)
+		exposure += fmt.Sprintf("  - {name: %s, backendRef: {name: %s, port: 9093}}\n", member(i), svc)
+		objects = append(objects, fixture.ServiceYAML("acme", svc, 9093, brokerPort, kafkaBrokerIP(i)))
 	}
-	objects = append(objects, fixture.ServiceYAML("acme", "events", 9093, brokerPort, ips...))
+	objects = append(objects, exposure, fixture.ServiceYAML("acme", "events", 9093, brokerPort, ips...))
 	e := startEngineTenant(t, ca, 9093, objects...)
 
 	t.Run("status", func(t *testing.T) {
-		want := map[string][]*testutil.Cert{"events": certs}
-		for i := range kafkaBrokers {
-			want[member(i)] = certs[i : i+1]
+		st := e.waitVerified(t, map[string][]*testutil.Cert{"events": certs})["events"]
+		if s, r, m := st.condition("MembersAccepted"); s != "True" {
+			t.Errorf("MembersAccepted %s %s: %s", s, r, m)
 		}
-		e.waitVerified(t, want)
+		if len(st.Status.Members) != kafkaBrokers {
+			t.Fatalf("status.members %+v, want %d", st.Status.Members, kafkaBrokers)
+		}
+		for i, m := range st.Status.Members {
+			if m.Name != member(i) || m.Reason != "Accepted" || m.Certificate != "Verified" || !slices.Equal(m.Hostnames, memberNames(i)) {
+				t.Errorf("member %d: %+v, want %s Accepted and Verified with hostnames %v", i, m, member(i), memberNames(i))
+			}
+		}
 	})
 
 	const topic = "snigate-engines"
@@ -150,14 +160,14 @@ func TestEngineKafka(t *testing.T) {
 				t.Errorf("the client never connected by the bootstrap name %s", seed)
 			}
 			for i := range kafkaBrokers {
-				peers.check(t, engineHostnames(member(i), "kafka")[0], certs[i])
+				peers.check(t, memberNames(i)[0], certs[i])
 			}
 		})
 	}
 
 	t.Run("each broker's certificate is its own", func(t *testing.T) {
 		for i := range kafkaBrokers {
-			e.checkServed(t, certs[i], engineHostnames(member(i), "kafka")...)
+			e.checkServed(t, certs[i], memberNames(i)...)
 		}
 	})
 

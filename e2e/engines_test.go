@@ -99,8 +99,12 @@ type engineStatus struct {
 	Status struct {
 		Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
 		Hostnames  []string                                         `json:"hostnames"`
-		Connect    string                                           `json:"connect"`
-		Server     *struct {
+		Members    []struct {
+			Name, Reason, Certificate string
+			Hostnames                 []string
+		} `json:"members"`
+		Connect string `json:"connect"`
+		Server  *struct {
 			Serial          string `json:"serial"`
 			CoversHostnames bool   `json:"coversHostnames"`
 		} `json:"serverCertificate"`
