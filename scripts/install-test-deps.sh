@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # install-test-deps.sh — install the real servers and clients that snigate's end-to-end tests
-# start as private instances (internal/testutil): PostgreSQL, Redis, MariaDB, and the other
-# proxies we compare against; promtool (package prometheus) for the alert rules' test; and
-# Chromium (headless) for the admin status page's browser test.
+# start as private instances (internal/testutil): PostgreSQL, Redis, MariaDB, RabbitMQ and
+# ClickHouse, and the other proxies we compare against; promtool (package prometheus) for the
+# alert rules' test; and Chromium (headless) for the admin status page's browser test. The
+# engines Debian 12 does not carry are built from their Go modules by
+# scripts/install-engines.sh (NATS, FerretDB) or run in-process by the test (Kafka's kfake).
+# The engine tests' clients are Go libraries and curl (--resolve): Debian's amqp-tools, kcat
+# and clickhouse-client cannot be told where a routed name is (the machine's resolver
+# decides) and the 18.16 clickhouse-client sends no SNI at all (docs/engines.md), so the
+# tests do not use them and they are not installed.
 # Debian 12 (bookworm), run as root; safe to run again.
 #
 # The packages' own services are never left running: the tests start their own instances on
@@ -15,12 +21,13 @@ PACKAGES=(
 	postgresql postgresql-contrib
 	redis-server redis-tools
 	mariadb-server mariadb-client
+	rabbitmq-server clickhouse-server
 	openssl curl iproute2
 	haproxy nginx libnginx-mod-stream sniproxy
 	prometheus
 	chromium fonts-dejavu-core
 )
-SERVICES=(postgresql redis-server mariadb mysql haproxy nginx sniproxy prometheus)
+SERVICES=(postgresql redis-server mariadb mysql rabbitmq-server epmd clickhouse-server haproxy nginx sniproxy prometheus)
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "install-test-deps: must run as root" >&2

@@ -347,7 +347,13 @@ func (p *process) logTail() string {
 // waitReady polls ready until it returns nil, the process exits, or StartTimeout passes.
 // portInUse says whether a log line means the port was taken (the caller then retries).
 func (p *process) waitReady(ready func() error, portInUse func(log string) bool) error {
-	deadline := time.Now().Add(StartTimeout)
+	return p.waitReadyWithin(StartTimeout, ready, portInUse)
+}
+
+// waitReadyWithin is waitReady bounded by timeout instead of StartTimeout, for servers that
+// start slower (an Erlang node) on a loaded two-core machine.
+func (p *process) waitReadyWithin(timeout time.Duration, ready func() error, portInUse func(log string) bool) error {
+	deadline := time.Now().Add(timeout)
 	delay := 20 * time.Millisecond
 	var last error
 	for {
@@ -363,7 +369,7 @@ func (p *process) waitReady(ready func() error, portInUse func(log string) bool)
 		}
 		if time.Now().After(deadline) {
 			p.stop()
-			return fmt.Errorf("%s not ready after %v: %v; log %s:\n%s", p.name, StartTimeout, last, p.logPath, p.logTail())
+			return fmt.Errorf("%s not ready after %v: %v; log %s:\n%s", p.name, timeout, last, p.logPath, p.logTail())
 		}
 		time.Sleep(delay)
 		delay = min(delay*2, 250*time.Millisecond)
