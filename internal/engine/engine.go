@@ -48,6 +48,11 @@ func (s Start) String() string {
 	return fmt.Sprintf("Start(%d)", int(s))
 }
 
+// Label marks a route rendered for a DatabaseExposure with its engine, so that the data
+// plane can name the engine's fix when its clients wait for the server to speak first
+// (translate: snapshot.Port.SpeaksFirstHint).
+const Label = "snigate.dev/engine"
+
 // Engine is one row of the table.
 type Engine struct {
 	Name v1alpha1.Engine

@@ -197,10 +197,11 @@ func (c *conn) handle(port *snapshot.Port, already []byte) {
 	}
 	switch d.kind {
 	case kindReject:
-		if d.reason == reasonTimeout && len(pre) == 0 && d.negotiation == negTLS {
+		if d.reason == reasonTimeout && len(pre) == 0 && d.negotiation == negTLS && port.SpeaksFirstHint == "" {
 			// The client sent nothing at all: it is most likely waiting for the server to
 			// speak first (MySQL, MariaDB, NATS without handshake_first), which SNI routing
-			// cannot serve. Say so once per connection, next to the access log line.
+			// cannot serve. Say so once per connection, next to the access log line (on a
+			// port of one such engine's exposures, rejected names its fix instead).
 			p.log.Warn("client sent nothing before the hello timeout; server-speaks-first protocols (MySQL, MariaDB, NATS without handshake_first) cannot be routed by SNI: expose them on a TCP listener with a TCPRoute",
 				"client", client.RemoteAddr().String(), "address", pl.addr)
 		}

@@ -22,6 +22,9 @@ type rejection struct {
 
 // rejected counts and logs a connection closed without a byte written.
 func (p *Proxy) rejected(r rejection) {
+	if (r.reason == reasonClientGone || r.reason == reasonTimeout) && r.sni == "" {
+		p.speaksFirstHint(r)
+	}
 	p.rejectedCounter(r.reason, r.route).Inc()
 	p.m.Connections.WithLabelValues(r.addr, r.listener, r.route, string(r.negotiation), string(r.reason)).Inc()
 	if al := p.opts.AccessLog; al != nil {
@@ -88,4 +91,19 @@ func (c *conn) noteRejection(d *decision) { c.p.rejected(c.decidedRejection(d)) 
 func (c *conn) rejection(reason outcome, sni, policy string) rejection {
 	return rejection{addr: c.pl.addr, client: c.peer, reason: reason, sni: sni, listener: c.listener, route: c.route,
 		policy: policy, start: c.start, negotiation: c.negotiation}
+}
+
+// speaksFirstHint logs, for a client that closed or timed out before its ClientHello on a
+// port whose databases' servers may speak first, that engine's fix, at once: NATS clients
+// give up after 2 s, long before the hello timeout, and the log said only client_closed.
+// Only on this path, never on an accepted connection's.
+func (p *Proxy) speaksFirstHint(r rejection) {
+	s := p.snap.Load()
+	if s == nil {
+		return
+	}
+	if port := s.Port(r.addr); port != nil && port.SpeaksFirstHint != "" {
+		p.log.Warn("client sent no ClientHello on a port whose databases' servers may speak first: "+port.SpeaksFirstHint,
+			"client", r.client.String(), "address", r.addr, "outcome", string(r.reason))
+	}
 }

@@ -442,9 +442,9 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 	x.Status.ObservedGeneration = d.Generation
 	x.Status.Hostnames, x.Status.Listener, x.Status.Port = hosts, l.name, l.port
 	m := metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: map[string]string{
-		LabelDatabaseExposure: d.Name, LabelTenantGateway: b.t.Name,
+		LabelDatabaseExposure: d.Name, LabelTenantGateway: b.t.Name, engine.Label: string(e.Name),
 	}, OwnerReferences: exposureOwner(d)}
-	recipe := routeRecipe{uid: d.UID, tenant: b.t.Name, parentNS: b.t.Namespace, parent: b.t.Name, viaSet: b.t.Spec.ParentGatewayRef != nil,
+	recipe := routeRecipe{uid: d.UID, engine: e.Name, tenant: b.t.Name, parentNS: b.t.Namespace, parent: b.t.Name, viaSet: b.t.Spec.ParentGatewayRef != nil,
 		listener: l.name, protocol: l.protocol, backend: d.Spec.BackendRef.Name, backendPort: d.Spec.BackendRef.Port,
 		hosts: joinHosts(hosts), namespace: d.Namespace, name: d.Name}
 	parent := b.parentRef(l.name)

@@ -162,9 +162,9 @@ func (b *build) members(in exposureInput, e engine.Engine, l *dbListener, plans 
 		if p.hosts != nil {
 			ms.Route = p.route
 			m := metav1.ObjectMeta{Name: p.route, Namespace: d.Namespace, Labels: map[string]string{
-				LabelDatabaseExposure: d.Name, LabelDatabaseMember: p.m.Name, LabelTenantGateway: b.t.Name,
+				LabelDatabaseExposure: d.Name, LabelDatabaseMember: p.m.Name, LabelTenantGateway: b.t.Name, engine.Label: string(e.Name),
 			}, OwnerReferences: exposureOwner(d)}
-			recipe := routeRecipe{uid: d.UID, tenant: b.t.Name, parentNS: b.t.Namespace, parent: b.t.Name, viaSet: b.t.Spec.ParentGatewayRef != nil,
+			recipe := routeRecipe{uid: d.UID, engine: e.Name, tenant: b.t.Name, parentNS: b.t.Namespace, parent: b.t.Name, viaSet: b.t.Spec.ParentGatewayRef != nil,
 				listener: l.name, protocol: l.protocol, backend: p.m.BackendRef.Name, backendPort: p.m.BackendRef.Port,
 				hosts: joinHosts(p.hosts), namespace: d.Namespace, name: p.route, member: p.m.Name}
 			b.tlsRoute(m, recipe, parent, p.hosts, p.m.BackendRef)

@@ -39,6 +39,7 @@ type routeRecipe struct {
 	hosts            string
 	namespace, name  string
 	member           string // a member's route: the member's name
+	engine           v1alpha1.Engine
 }
 
 type routeMemo struct {

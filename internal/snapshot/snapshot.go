@@ -102,6 +102,11 @@ type Port struct {
 	// ProxyIn, when set, reads a PROXY protocol header at the start of connections from
 	// its trusted ranges, before anything else (a ListenerPolicy on a listener of the port).
 	ProxyIn *InboundProxy
+	// SpeaksFirstHint, on a TLS port whose routes are all DatabaseExposures of one engine
+	// whose servers may speak first (NATS), is that engine's fix: a client that closes or
+	// times out before its ClientHello there is most likely waiting for the server, and
+	// the log says what to change at once (the engine table's SpeaksFirstFix).
+	SpeaksFirstHint string
 
 	// passthrough: a TLS port with at least one passthrough listener (set by New).
 	passthrough bool

@@ -5,6 +5,8 @@ import (
 
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/engine"
 	"github.com/snigate/snigate/internal/snapshot"
 )
 
@@ -13,6 +15,7 @@ import (
 func (t *translator) snapshot() *snapshot.Snapshot {
 	ports := map[string]*snapshot.Port{}
 	var list []*snapshot.Port
+	hints := map[*snapshot.Port]*portHint{}
 	for _, gw := range t.gateways {
 		if gw.rejected() {
 			continue
@@ -39,6 +42,14 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 					ports[ap] = p
 					list = append(list, p)
 				}
+				if p.Protocol == snapshot.ProtocolTLS {
+					h := hints[p]
+					if h == nil {
+						h = &portHint{}
+						hints[p] = h
+					}
+					h.add(l)
+				}
 				sl := t.snapshotListener(l)
 				if p.Protocol == snapshot.ProtocolTCP {
 					p.TCP = sl
@@ -48,7 +59,38 @@ func (t *translator) snapshot() *snapshot.Snapshot {
 			}
 		}
 	}
+	for p, h := range hints {
+		if !h.mixed {
+			p.SpeaksFirstHint = h.fix
+		}
+	}
 	return snapshot.New(t.opts.Generation, list)
+}
+
+// portHint finds whether every route on a TLS port is a DatabaseExposure's of one engine
+// whose servers may speak first (engine.Label on the route): then a client that sends
+// nothing there is most likely that engine's, waiting for its server.
+type portHint struct {
+	fix   string
+	mixed bool // a route of another engine, or of none, or a listener that terminates
+}
+
+func (h *portHint) add(l *listener) {
+	if h.mixed {
+		return
+	}
+	if l.routeKind != kindTLSRoute || l.mode != snapshot.ModePassthrough {
+		h.mixed = true
+		return
+	}
+	for _, a := range l.attached {
+		e, ok := engine.Lookup(v1alpha1.Engine(a.route.meta.Labels[engine.Label]))
+		if !ok || e.SpeaksFirstFix == "" || (h.fix != "" && h.fix != e.SpeaksFirstFix) {
+			h.mixed, h.fix = true, ""
+			return
+		}
+		h.fix = e.SpeaksFirstFix
+	}
 }
 
 // snapshotListener builds the listener's routing table once; a Gateway with several
