@@ -445,11 +445,7 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 	}}}
 	if l.protocol == gwv1.TCPProtocolType {
 		x.route = "TCPRoute"
-		// A TCPRoute has no hostnames, so DNS controllers (external-dns's gateway-tcproute
-		// source) have nothing to publish for it but this annotation: the exposure's names,
-		// at the Gateway's addresses, as for a TLSRoute's spec.hostnames.
-		b.exposureAccess(d, m, "TCPRoute") // the policy without it: external-dns reads routes only
-		m.Annotations = map[string]string{AnnotationExternalDNSHostname: strings.Join(hosts, ",")}
+		b.exposureAccess(d, m, "TCPRoute")
 		if prev.tcp != nil {
 			b.tcpRoutes = append(b.tcpRoutes, prev.tcp)
 		} else {

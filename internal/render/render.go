@@ -77,10 +77,6 @@ const (
 	LabelGateway = "snigate.dev/gateway"
 	// LabelHost on a Namespace is its apex.
 	LabelHost = "snigate.dev/host"
-	// AnnotationExternalDNSHostname on a rendered TCPRoute lists its exposure's hostnames,
-	// comma-separated: external-dns's hostname annotation, which its gateway-tcproute source
-	// publishes at the Gateway's addresses (docs/databases.md, "DNS").
-	AnnotationExternalDNSHostname = "external-dns.alpha.kubernetes.io/hostname"
 
 	// MaxListeners is a Gateway's listener cap (Gateway API: spec.listeners maxItems 64).
 	MaxListeners = 64
