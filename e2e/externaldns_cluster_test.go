@@ -50,11 +50,14 @@ func externalDNSBinary(t *testing.T) string {
 // Clients reach an exposure by name, so the name must resolve to the Gateway's address. On a
 // real kube-apiserver `snigate controller` renders a TenantGateway and five DatabaseExposures
 // (TLSRoutes, and a TCPRoute for MariaDB) and writes the Gateway's status.addresses; the real
-// external-dns, with the args and RBAC of examples/external-dns (its gateway-tlsroute and
-// gateway-tcproute sources, impersonating its ServiceAccount), publishes them through RFC 2136
-// to a DNS server the test runs. Every exposure's every hostname then resolves, through that
-// server, to the Gateway's address and nothing else; a name of no exposure does not resolve;
-// deleting an exposure takes its names out, and a new one's names come in.
+// external-dns, with the args and RBAC of examples/external-dns (its gateway-tlsroute source,
+// impersonating its ServiceAccount), publishes them through RFC 2136 to a DNS server the test
+// runs. Every TLS exposure's every hostname then resolves, through that server, to the
+// Gateway's address and nothing else; a name of no exposure does not resolve; deleting an
+// exposure takes its names out, and a new one's names come in. MariaDB's name is not
+// published: external-dns's gateway-tcproute source watches TCPRoute v1alpha2, which the
+// Gateway API v1.6 CRDs no longer serve (docs/databases.md, "DNS", says what to do instead).
+// Its check below fails the day external-dns publishes it, so that the docs are updated.
 func TestExternalDNSCluster(t *testing.T) {
 	needBinary(t)
 	if os.Geteuid() != 0 {
@@ -205,10 +208,12 @@ spec:
 			return errors.Join(problemErrs(problems)...)
 		})
 	}
+	// legacy is MariaDB's TCPRoute, which external-dns does not read (see above).
+	unpublished := want["legacy"]
 	all := func(skip ...string) []string {
 		var names []string
 		for exposure, hosts := range want {
-			if !slices.Contains(skip, exposure) {
+			if exposure != "legacy" && !slices.Contains(skip, exposure) {
 				names = append(names, hosts...)
 			}
 		}
@@ -217,7 +222,7 @@ spec:
 	}
 
 	t.Run("every exposure's hostnames at the Gateway's address", func(t *testing.T) {
-		resolves("every hostname resolving to the Gateway", all(), []string{"nothing.postgres.example.test", "nothing.example.test"})
+		resolves("every hostname resolving to the Gateway", all(), append([]string{"nothing.postgres.example.test", "nothing.example.test"}, unpublished...))
 		// Published by this external-dns (its TXT registry's ownership records beside them),
 		// not by anything else the server was told.
 		if owned := zone.txtOwnedBy("snigate"); owned == 0 {
