@@ -396,8 +396,11 @@ func (d *decoder) int64() int64 {
 
 func (d *decoder) int() int {
 	v := d.uint()
-	if v > 1<<31-1 && d.err == nil {
-		d.err = errors.New("number out of range")
+	if v > 1<<31-1 {
+		if d.err == nil {
+			d.err = errors.New("number out of range")
+		}
+		return 0
 	}
 	return int(v)
 }
@@ -405,7 +408,10 @@ func (d *decoder) int() int {
 // count reads a number of items of at least each bytes, which the rest must hold.
 func (d *decoder) count(each int) int {
 	n := d.int()
-	if d.err == nil && n > len(d.b)/each {
+	if d.err != nil {
+		return 0 // never a size from a message that failed to decode (FuzzDecode found one)
+	}
+	if n > len(d.b)/each {
 		d.err = errTruncated
 		return 0
 	}
