@@ -15,10 +15,11 @@ import (
 )
 
 // The README's first command, scripts/demo.sh, really does what it prints: with
-// DEMO_SELFTEST=1 it starts two PostgreSQL servers and a Redis, serves examples/databases
-// in front of them and runs its printed commands (psql verify-full by each name, the serial
-// check, no SNI, plaintext psql and redis-cli refused, redis-cli --tls --sni), failing on
-// a wrong answer. Under CI=true a skipped database is a failure.
+// DEMO_SELFTEST=1 it starts two PostgreSQL servers and a Redis primary and replica, serves
+// examples/databases in front of them and runs its printed commands (psql verify-full by
+// each name, the serial check, no SNI, plaintext psql and redis-cli refused, redis-cli
+// --tls --sni, and each of cache's members by its own name), failing on a wrong answer.
+// Under CI=true a skipped database is a failure.
 func TestDemoScript(t *testing.T) {
 	needBinary(t)
 	_, file, _, _ := runtime.Caller(0)
@@ -35,7 +36,7 @@ func TestDemoScript(t *testing.T) {
 	if strings.Contains(string(out), "skipped:") {
 		testutil.Require(t, "PostgreSQL and Redis for the demo", errSkipped)
 	}
-	for _, want := range []string{"ok   psql verify-full to orders", "ok   the serial seen", "ok   redis-cli --tls --sni", "ok   plaintext redis-cli", "ok   the certificate probe"} {
+	for _, want := range []string{"ok   psql verify-full to orders", "ok   the serial seen", "ok   redis-cli --tls --sni", "ok   cache's member r0", "ok   cache's member r1", "ok   plaintext redis-cli", "ok   the certificate probe"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("no %q in the self-test", want)
 		}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# snigate's main job on this machine: two PostgreSQL servers and a Redis, each with its own
-# certificate from a demo CA (examples/databases/certs), behind one address and one port per
-# engine, routed by SNI without terminating TLS. It starts the databases on private ports
+# snigate's main job on this machine: two PostgreSQL servers and a Redis primary with its
+# replica (one exposure, a member each), each with its own certificate from a demo CA
+# (examples/databases/certs), behind one address and one port per engine, routed by SNI
+# without terminating TLS. It starts the databases on private ports
 # and data folders, serves examples/databases in front of them (unprivileged: --bind-port
 # maps the Gateway's 5432, 6379 and 80 to 15432, 16379 and 18080 on 127.0.0.1) and prints
 # psql, redis-cli and openssl commands that work as pasted. Ctrl-C stops everything.
@@ -94,6 +95,13 @@ if $redis_ok; then
     --tls-ca-cert-file "$work/cache/ca.pem" --tls-auth-clients no --save '' --appendonly no \
     >"$work/cache/redis.log" 2>&1 &
   pids+=($!)
+  # cache's second member: a replica of the first, replicating over TLS.
+  "${as_db[@]}" redis-server --port 0 --tls-port 26380 --bind 127.0.0.1 --dir "$work/cache" \
+    --dbfilename replica.rdb --tls-cert-file "$work/cache/cache.pem" --tls-key-file "$work/cache/cache-key.pem" \
+    --tls-ca-cert-file "$work/cache/ca.pem" --tls-auth-clients no --tls-replication yes \
+    --replicaof 127.0.0.1 26379 --save '' --appendonly no \
+    >"$work/cache/replica.log" 2>&1 &
+  pids+=($!)
 fi
 
 bin/snigate serve -f examples/databases --bind 127.0.0.1 --admin 127.0.0.1:19901 \
@@ -116,6 +124,10 @@ no_sni="openssl s_client -connect 127.0.0.1:15432 -starttls postgres -noserverna
 billing_allowed="openssl s_client -bind 127.0.0.1:0 -connect 127.0.0.1:15432 -starttls postgres -servername billing.postgres.db.demo.test -CAfile $certs/ca.pem </dev/null 2>&1 | grep -m1 'Verify return code'"
 billing_refused="openssl s_client -bind 127.0.0.2:0 -connect 127.0.0.1:15432 -starttls postgres -servername billing.postgres.db.demo.test -CAfile $certs/ca.pem </dev/null"
 refusals="curl -s http://127.0.0.1:19901/metrics | grep 'snigate_rejected_connections_total{reason=\"client_not_allowed\"'"
+# cache's members, each node by its own name through the same address: r0 the primary, r1
+# its replica (ROLE answers master / slave)
+redis_r0="redis-cli -h 127.0.0.1 -p 16379 --tls --sni r0.cache.redis.db.demo.test --cacert $certs/ca.pem ROLE"
+redis_r1="redis-cli -h 127.0.0.1 -p 16379 --tls --sni r1.cache.redis.db.demo.test --cacert $certs/ca.pem ROLE"
 redis_plain="redis-cli -h 127.0.0.1 -p 16379 PING"
 plaintext="psql \"host=127.0.0.1 port=15432 sslmode=disable user=postgres dbname=orders\" -c 'select 1'"
 
@@ -140,6 +152,8 @@ if [ "${DEMO_SELFTEST:-}" = 1 ]; then
   fi
   if $redis_ok; then
     check "redis-cli --tls --sni" PONG "$redis_cache"
+    check "cache's member r0 by its own name: the primary" master "$redis_r0"
+    check "cache's member r1 by its own name: the replica" slave "$redis_r1"
     out=$(timeout 5 bash -c "$redis_plain" 2>&1 || true)
     if [[ "$out" == *PONG* ]]; then echo "FAIL plaintext redis-cli got an answer"; fail=1; else echo "ok   plaintext redis-cli: closed ($out)"; fi
   fi
@@ -169,6 +183,9 @@ Gateway's 5432 and 6379), every database by its own name, TLS end to end. Try:
   $psql_billing
   # Redis clients send no SNI unless told: --sni picks the database
   $redis_cache
+  # a clustered engine as one exposure: cache's members, each node by its own name
+  $redis_r0
+  $redis_r1
   # the serial seen through snigate equals the one in the database's certificate file
   $serial_seen
   $serial_file
