@@ -160,7 +160,7 @@ func (c *conn) serveFD(fd int, pre []byte) {
 		c.unregister()
 		return
 	}
-	port := c.p.snap.Load().Port(c.pl.addr)
+	port := c.p.port(c.pl.addr)
 	if port == nil {
 		client.CloseReset()
 		c.unregister()

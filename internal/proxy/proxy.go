@@ -139,6 +139,10 @@ type Proxy struct {
 	log    *slog.Logger
 	m      *metrics.Metrics
 	snap   atomic.Pointer[snapshot.Snapshot]
+	// applying is the snapshot an Apply is storing, set while it opens its listeners: an
+	// inherited listening socket (a live upgrade) has connections queued already, and a
+	// loop may accept one before snap holds the port (port).
+	applying atomic.Pointer[snapshot.Snapshot]
 	health health
 	// dialOK and dialErr are snigate_backend_dial_seconds' two children, resolved once.
 	dialOK, dialErr prometheus.Observer
@@ -245,6 +249,8 @@ func (p *Proxy) Apply(s *snapshot.Snapshot) error {
 		return errors.New("proxy is shutting down")
 	}
 	var opened []*portListener
+	p.applying.Store(s)
+	defer p.applying.Store(nil)
 	for _, port := range s.Ports {
 		if _, ok := p.listeners[port.Address]; ok {
 			continue
@@ -424,12 +430,25 @@ func (p *Proxy) listen(addr string) (*portListener, error) {
 	return pl, nil
 }
 
+// port is addr's port in the serving snapshot or, for a port an Apply is opening right
+// now, in the snapshot it is about to store. Without the second, a connection a new
+// process accepted on an inherited socket before its first snapshot was stored was reset
+// (TestUpgradeUnderLoad saw 1 or 2 in 1 500). Only a nil first lookup reads it. A port whose
+// Apply then fails serves that connection with the refused snapshot's table: its routes
+// passed translate; only binding another port failed.
+func (p *Proxy) port(addr string) *snapshot.Port {
+	if port := p.snap.Load().Port(addr); port != nil {
+		return port
+	}
+	return p.applying.Load().Port(addr)
+}
+
 // Accepted is relay.Acceptor's: a loop accepted a connection on this port. Passthrough and
 // TCP connections stay on that loop, which reads the ClientHello and routes (see router);
 // the others are handed back to a goroutine with a net.Conn (conn.serveFD) by the router.
 func (pl *portListener) Accepted(fd int, peer netip.AddrPort) (relay.Router, any, time.Time, bool) {
 	p := pl.p
-	port := p.snap.Load().Port(pl.addr)
+	port := p.port(pl.addr)
 	if port == nil {
 		closeReset(fd) // the port is going away
 		return nil, nil, time.Time{}, false

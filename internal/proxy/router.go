@@ -28,7 +28,7 @@ var (
 
 func (router) Route(pr *relay.Pair, tag any, pre []byte) relay.Verdict {
 	c := tag.(*conn)
-	port := c.p.snap.Load().Port(c.pl.addr)
+	port := c.p.port(c.pl.addr)
 	if pre == nil {
 		// The first call, as the loop adopts the socket: from here on closeAll asks the
 		// relay to end the connection.
