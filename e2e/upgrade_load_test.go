@@ -281,6 +281,7 @@ func startSubscriber(t *testing.T, bin string, args ...string) *subscriber {
 	go func() {
 		defer close(s.ended)
 		sc := bufio.NewScanner(out)
+		confirmed := false
 		// Each reply is three lines: kind, channel, then the count (subscribe) or payload.
 		for {
 			var three [3]string
@@ -292,7 +293,10 @@ func startSubscriber(t *testing.T, bin string, args ...string) *subscriber {
 			}
 			s.mu.Lock()
 			switch {
-			case three[0] == "subscribe" && three[1] == loadRedisChannel:
+			case three[0] == "subscribe" && three[1] == loadRedisChannel && !confirmed:
+				confirmed = true
+				// The first reply only: a second confirmation (a client that resubscribed)
+				// is kept as unexpected, and fails the test.
 				close(s.subscribed)
 			case three[0] == "message" && three[1] == loadRedisChannel:
 				s.got = append(s.got, three[2])
