@@ -102,6 +102,22 @@ spec:
 	g := &upgradeGateway{gateway: startGateway(t, dir, args...), pidFile: pidFile}
 	g.stopTakenOver(t)
 	g.waitPIDFile(t)
+	// On failure the gateway's own print keeps only the last 300 lines, mostly access-log
+	// lines written after the fact: print every other line of every process (the upgrade
+	// steps, warnings and errors), and access-log lines that carry an error.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		whole, _ := os.ReadFile(g.log)
+		var keep []string
+		for _, l := range strings.Split(string(whole), "\n") {
+			if l != "" && (!strings.Contains(l, `"msg":"connection"`) || strings.Contains(l, `"error"`)) && len(keep) < 400 {
+				keep = append(keep, l)
+			}
+		}
+		t.Logf("snigate log, all processes, without plain access-log lines:\n%s", strings.Join(keep, "\n"))
+	})
 	// Both waits or the test proves one twice: a machine that refuses io_uring is a missing
 	// prerequisite (fails under CI=true), as in TestRelayWait.
 	if rec := g.waitLog(t, "the relay's wait", 1, func(rec map[string]any, _ string) bool { return rec["wait"] != nil }); rec["wait"] != wantWait {
