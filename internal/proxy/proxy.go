@@ -135,15 +135,15 @@ func (o *Options) setDefaults() {
 
 // Proxy is the data plane. Its methods are safe for concurrent use.
 type Proxy struct {
-	opts   Options
-	log    *slog.Logger
-	m      *metrics.Metrics
-	snap   atomic.Pointer[snapshot.Snapshot]
+	opts Options
+	log  *slog.Logger
+	m    *metrics.Metrics
+	snap atomic.Pointer[snapshot.Snapshot]
 	// applying is the snapshot an Apply is storing, set while it opens its listeners: an
 	// inherited listening socket (a live upgrade) has connections queued already, and a
 	// loop may accept one before snap holds the port (port).
 	applying atomic.Pointer[snapshot.Snapshot]
-	health health
+	health   health
 	// dialOK and dialErr are snigate_backend_dial_seconds' two children, resolved once.
 	dialOK, dialErr prometheus.Observer
 	// httpHandler serves the requests of every HTTP and HTTPS listener.
