@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/snigate/snigate/internal/snapshot"
@@ -31,5 +34,24 @@ func TestPortWhileApplying(t *testing.T) {
 	p.applying.Store(nil)
 	if p.port("127.0.0.1:2") != nil {
 		t.Fatal("the port after the Apply ended without storing")
+	}
+}
+
+// The speaks-first hint is logged for a client that sent nothing on such a port, at most
+// once a second however many come.
+func TestSpeaksFirstHintRate(t *testing.T) {
+	var buf bytes.Buffer
+	p := &Proxy{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	p.snap.Store(snapshot.New(1, []*snapshot.Port{{Address: "127.0.0.1:4222", Port: 4222, Protocol: snapshot.ProtocolTLS, SpeaksFirstHint: "set handshake_first"},
+		{Address: "127.0.0.1:6379", Port: 6379, Protocol: snapshot.ProtocolTLS}}))
+	p.speaksFirstHint(rejection{addr: "127.0.0.1:6379", reason: reasonClientGone})
+	if buf.Len() != 0 {
+		t.Fatalf("a hint on a port without one: %s", buf.String())
+	}
+	for range 100 {
+		p.speaksFirstHint(rejection{addr: "127.0.0.1:4222", reason: reasonClientGone})
+	}
+	if n := strings.Count(buf.String(), "handshake_first"); n != 1 {
+		t.Fatalf("%d hints for 100 empty connections within a second, want 1:\n%s", n, buf.String())
 	}
 }

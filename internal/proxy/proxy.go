@@ -143,7 +143,9 @@ type Proxy struct {
 	// inherited listening socket (a live upgrade) has connections queued already, and a
 	// loop may accept one before snap holds the port (port).
 	applying atomic.Pointer[snapshot.Snapshot]
-	health   health
+	// hintAt is when the last speaks-first hint was logged (reject.go), in Unix nanoseconds.
+	hintAt atomic.Int64
+	health health
 	// dialOK and dialErr are snigate_backend_dial_seconds' two children, resolved once.
 	dialOK, dialErr prometheus.Observer
 	// httpHandler serves the requests of every HTTP and HTTPS listener.

@@ -103,6 +103,13 @@ func (p *Proxy) speaksFirstHint(r rejection) {
 		return
 	}
 	if port := s.Port(r.addr); port != nil && port.SpeaksFirstHint != "" {
+		// At most one a second: a flood of empty connections must not flood the log (the
+		// access log, which drops what it cannot write, has every one).
+		now := time.Now().UnixNano()
+		last := p.hintAt.Load()
+		if now-last < int64(time.Second) || !p.hintAt.CompareAndSwap(last, now) {
+			return
+		}
 		p.log.Warn("client sent no ClientHello on a port whose databases' servers may speak first: "+port.SpeaksFirstHint,
 			"client", r.client.String(), "address", r.addr, "outcome", string(r.reason))
 	}
