@@ -461,15 +461,6 @@ func New(cfg Config) (*Controller, error) {
 // when this replica wins it back), except with Provision, where it ends the manager.
 func (c *Controller) Start(ctx context.Context) error { return c.mgr.Start(ctx) }
 
-// Leading reports whether this replica holds the leader Lease now (always true without
-// LeaderElection; with Provision, false: the manager's election is not observed).
-func (c *Controller) Leading() bool {
-	if c.leader != nil {
-		return c.leader.leading.Load()
-	}
-	return !c.cfg.LeaderElection
-}
-
 // Client returns the manager's (cached) client.
 func (c *Controller) Client() client.Client { return c.mgr.GetClient() }
 
