@@ -39,9 +39,8 @@ type leaderGroup struct {
 
 	// term is held while the elected work runs: a new term's work waits for the last
 	// one's to stop, so two writers of the same replica never overlap.
-	term    sync.Mutex
-	leading atomic.Bool
-	terms   atomic.Int64 // terms won (tests, logs)
+	term  sync.Mutex
+	terms atomic.Int64 // terms won (tests, logs)
 }
 
 // elected is work that runs only while this replica leads. Its Start runs until ctx is
@@ -150,8 +149,6 @@ func (g *leaderGroup) lead(ctx context.Context) {
 		return // the term ended before the last one's work stopped
 	}
 	n := g.terms.Add(1)
-	g.leading.Store(true)
-	defer g.leading.Store(false)
 	g.log.Info("won the leader Lease: writing status and applying tenant objects", "lease", g.lock.Describe(), "term", n)
 	var wg sync.WaitGroup
 	for _, m := range g.members {
