@@ -141,8 +141,8 @@ func repoRootDir(t *testing.T) string {
 }
 
 // `snigate check` of examples/databases shows each exposure's listener, hostnames,
-// conditions and client command, and the TrustAnchor's published CA; `snigate render`
-// prints one TLSRoute per exposure.
+// conditions and client command, cache's members, and the TrustAnchor's published CA;
+// `snigate render` prints one TLSRoute per exposure and per member.
 func TestCheckAndRenderDatabasesExample(t *testing.T) {
 	needBinary(t)
 	example := filepath.Join(repoRootDir(t), "examples", "databases")
@@ -156,6 +156,7 @@ func TestCheckAndRenderDatabasesExample(t *testing.T) {
 		"Accepted=True (Accepted)  Programmed=True (Programmed)",
 		`connect: psql "host=orders.postgres.db.demo.test port=5432 dbname=postgres sslmode=verify-full sslrootcert=demo.tenant-ca.crt"`,
 		"connect: redis-cli -h cache.redis.db.demo.test -p 6379 --tls --sni cache.redis.db.demo.test --cacert demo.tenant-ca.crt PING",
+		"member r1  Accepted  route cache.r1  hostnames: r1.cache.redis.db.demo.test, r1.cache.db.demo.test",
 		"TrustAnchor demo/demo-ca  publishes: Secret demo.tenant-ca",
 		"Ready=True (Published)",
 	} {
@@ -167,7 +168,7 @@ func TestCheckAndRenderDatabasesExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("snigate render: %v", err)
 	}
-	if n := strings.Count(string(b), "\nkind: TLSRoute\n"); n != 3 {
-		t.Errorf("render: %d TLSRoutes, want one per exposure:\n%s", n, b)
+	if n := strings.Count(string(b), "\nkind: TLSRoute\n"); n != 5 {
+		t.Errorf("render: %d TLSRoutes, want one per exposure (3) and per member (2):\n%s", n, b)
 	}
 }
