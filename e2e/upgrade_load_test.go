@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -75,33 +74,13 @@ func testUpgradeUnderLoad(t *testing.T, tools loadTools, wantWait, waitFlag stri
 		routeYAML("route-a", "tls", []string{"a.test"}, to("svc-a")),
 		routeYAML("pg", "postgres", []string{dbPGA}, to("svc-pg")),
 		routeYAML("redis", "redis", []string{rd.Name}, to("svc-redis")),
-		fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: TCPRoute
-metadata:
-  name: stream
-  namespace: default
-spec:
-  parentRefs:
-  - name: %s
-    sectionName: stream
-  rules:
-  - backendRefs:
-    - name: svc-echo
-      port: %d
-`, gatewayName, servicePort),
+		streamRouteYAML(),
 		serviceYAML("svc-a", startEcho(t, "echo-a", ca.Issue(t, "a.test"))),
 		serviceYAML("svc-pg", pg.Port),
 		serviceYAML("svc-redis", rd.Port),
 		serviceYAML("svc-echo", startRawEcho(t)),
 	))
-	pidFile := filepath.Join(t.TempDir(), "snigate.pid")
-	args := []string{"--pid-file", pidFile, "--drain-timeout", "2s"}
-	if waitFlag != "" {
-		args = append(args, waitFlag)
-	}
-	g := &upgradeGateway{gateway: startGateway(t, dir, args...), pidFile: pidFile}
-	g.stopTakenOver(t)
-	g.waitPIDFile(t)
+	g := serveForUpgrade(t, dir, waitFlag)
 	// On failure the gateway's own print keeps only the last 300 lines, mostly access-log
 	// lines written after the fact: print every other line of every process (the upgrade
 	// steps, warnings and errors), and access-log lines that carry an error.

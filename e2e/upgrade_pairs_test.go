@@ -45,32 +45,12 @@ func testUpgradeEstablished(t *testing.T, waitFlag string) {
 		gatewayYAML(passthrough("tls", tlsPort, ""), passthrough("postgres", pgPort, ""), listener{Name: "stream", Protocol: "TCP", Port: tcpPort}),
 		routeYAML("route-a", "tls", []string{"a.test"}, to("svc-a")),
 		routeYAML("pg", "postgres", []string{dbPGA}, to("svc-pg")),
-		fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: TCPRoute
-metadata:
-  name: stream
-  namespace: default
-spec:
-  parentRefs:
-  - name: %s
-    sectionName: stream
-  rules:
-  - backendRefs:
-    - name: svc-echo
-      port: %d
-`, gatewayName, servicePort),
+		streamRouteYAML(),
 		serviceYAML("svc-a", startEcho(t, "echo-a", ca.Issue(t, "a.test"))),
 		serviceYAML("svc-pg", pg.Port),
 		serviceYAML("svc-echo", startRawEcho(t)),
 	))
-	pidFile := filepath.Join(t.TempDir(), "snigate.pid")
-	args := []string{"--pid-file", pidFile, "--drain-timeout", "2s"}
-	if waitFlag != "" {
-		args = append(args, waitFlag)
-	}
-	g := &upgradeGateway{gateway: startGateway(t, dir, args...), pidFile: pidFile}
-	g.stopTakenOver(t)
-	g.waitPIDFile(t)
+	g := serveForUpgrade(t, dir, waitFlag)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -254,4 +234,37 @@ func (s *stream) finish(t *testing.T) {
 		t.Fatalf("the echo of %d bytes came back as %d bytes, or other bytes (sha256 differs)", s.nSent, s.nGot)
 	}
 	t.Logf("stream: %d bytes each way, checksums equal", s.nSent)
+}
+
+// streamRouteYAML is the TCPRoute of the upgrade tests' "stream" listener, to svc-echo.
+func streamRouteYAML() string {
+	return fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata:
+  name: stream
+  namespace: default
+spec:
+  parentRefs:
+  - name: %s
+    sectionName: stream
+  rules:
+  - backendRefs:
+    - name: svc-echo
+      port: %d
+`, gatewayName, servicePort)
+}
+
+// serveForUpgrade serves dir with a pid file and a 2 s drain (shorter than the held
+// sessions: a connection left behind would be cut), on the relay wait waitFlag selects.
+func serveForUpgrade(t *testing.T, dir, waitFlag string) *upgradeGateway {
+	t.Helper()
+	pidFile := filepath.Join(t.TempDir(), "snigate.pid")
+	args := []string{"--pid-file", pidFile, "--drain-timeout", "2s"}
+	if waitFlag != "" {
+		args = append(args, waitFlag)
+	}
+	g := &upgradeGateway{gateway: startGateway(t, dir, args...), pidFile: pidFile}
+	g.stopTakenOver(t)
+	g.waitPIDFile(t)
+	return g
 }
