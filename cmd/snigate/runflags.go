@@ -47,7 +47,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 		keepAlive:     fs.Duration("keepalive", 30*time.Second, "TCP keepalive idle time on both sides (negative: off)"),
 		drain:         fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long open connections may finish"),
 		accessLog:     fs.Bool("access-log", true, "log one line per connection"),
-		accessClients: fs.Int("access-clients", access.DefaultClients, "how many clients the AccessPolicies' per-client limits track at most, over all policies (about 48 bytes each with the index, made as clients come): a flood from more addresses evicts the least recently seen clients that hold no connection"),
+		accessClients: fs.Int("access-clients", access.DefaultClients, "how many clients the AccessPolicies' per-client limits track at most, over all policies (16 bytes each, rounded up to a power of two): a flood from more addresses evicts clients that hold no connection, those whose rate refills soonest first"),
 		ioURing:       fs.Bool("io-uring", false, "relay loops wait on io_uring where the kernel allows it (Linux 6.12+, not refused by seccomp or kernel.io_uring_disabled), on epoll otherwise, with a warning"),
 		spin:          fs.Duration("spin", relay.DefaultSpin, "how long a relay loop that has just worked asks again without waiting before it sleeps, when such spins have been paying: fewer wake-ups for the CPUs that send to it under many busy connections, at up to this much CPU per spin that finds nothing (0: never spin; epoll loops only)"),
 		logFormat:     fs.String("log-format", "text", "log format: json or text"),

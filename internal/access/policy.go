@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gaissmai/bart"
 )
@@ -82,8 +83,12 @@ type Policy struct {
 	// v6bits is PerClient.IPv6PrefixLength, defaulted.
 	v6bits int
 	// interval and tolerance are the per-client rate as a GCRA: a connection every
-	// interval nanoseconds, tolerance early (interval × (burst-1)).
+	// interval ticks (at least 1), tolerance early (interval × (burst-1), at most
+	// maxAhead: a burst refilled over 2 years).
 	interval, tolerance int64
+	// clientMax is PerClient.MaxConnections, at most maxClientConns (the client table's
+	// counters' size).
+	clientMax int32
 
 	state atomic.Pointer[state]
 }
@@ -100,6 +105,7 @@ func New(name, target string, spec Spec) *Policy {
 		p.deny = table(spec.Deny)
 	}
 	p.limited = spec.MaxConnections > 0 || spec.PerClient.any()
+	p.clientMax = min(spec.PerClient.MaxConnections, maxClientConns)
 	p.v6bits = spec.PerClient.IPv6PrefixLength
 	if p.v6bits <= 0 || p.v6bits > 128 {
 		p.v6bits = 64
@@ -109,8 +115,8 @@ func New(name, target string, spec Spec) *Policy {
 		if burst <= 0 {
 			burst = r
 		}
-		p.interval = int64(60e9) / int64(r)
-		p.tolerance = p.interval * int64(burst-1)
+		p.interval = max(1, int64(time.Minute/tick)/int64(r))
+		p.tolerance = min(p.interval*int64(burst-1), maxAhead)
 	}
 	return p
 }
