@@ -112,7 +112,7 @@ func TestConcurrentPerClientCapExact(t *testing.T) {
 func TestRateClockWraps(t *testing.T) {
 	const interval, tolerance = int64(time.Second / tick), 4 * int64(time.Second/tick) // one a second, a burst of 5
 	now := int64(stateTATMask - 10)                                                    // just before the wrap
-	tat, ok := gcra(uint64(now), interval, tolerance, now) // a fresh entry: its time is now
+	tat, ok := gcra(uint64(now), interval, tolerance, now)                             // a fresh entry: its time is now
 	if !ok || tat != uint64(now+interval)&stateTATMask {
 		t.Fatalf("first: %d %v", tat, ok)
 	}
