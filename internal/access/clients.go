@@ -72,6 +72,9 @@ const (
 	// clamps the burst's tolerance to it): one further ahead is a time from before the clock
 	// wrapped, i.e. long past.
 	maxAhead = 1 << (stateTATBits - 2) // ticks: 2.2 years
+	// fresh is how far before now a new entry's arrival time is put: past for any accept
+	// time near now, and years short of reading as ahead after the clock wraps.
+	fresh = 1 << 40 // ticks: 203 days
 	// insertLocks stripes the locks of inserting clients.
 	insertLocks = 64
 )
@@ -293,9 +296,10 @@ func (t *clientTable) insert(fp uint64, now int64) (*atomic.Uint64, uint64, int3
 			continue // a connection of its client came meanwhile: choose again
 		}
 		old := victim.fp[vw].Swap(fp)
-		// No connection, and the rate full: its arrival time now (0 would read as ahead of
-		// a clock about to wrap).
-		s := (vs+stateGenOne)&stateGenMask | uint64(now)&stateTATMask
+		// No connection, and the rate full: an arrival time long before now (0 would read as
+		// ahead of a clock about to wrap, and now itself as ahead of another goroutine's
+		// slightly earlier accept time).
+		s := (vs+stateGenOne)&stateGenMask | uint64(now-fresh)&stateTATMask
 		st.Store(s)
 		if old == 0 {
 			t.tracked.Add(1)

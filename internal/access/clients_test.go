@@ -166,3 +166,33 @@ func TestClientTableHoldsAThirdHeld(t *testing.T) {
 		t.Fatalf("%d evictions with the table a third full", l.Evictions())
 	}
 }
+
+// Carry counts a handed-over connection against the target's and the client's caps without
+// refusing it (past a cap too) and without spending the client's rate.
+func TestCarry(t *testing.T) {
+	l := NewLimiter(0)
+	p := New("ns/p", "t", Spec{MaxConnections: 1, PerClient: PerClient{MaxConnections: 1, PerMinute: 1, Burst: 1}})
+	var a, b Hold
+	l.Carry(addr("10.0.0.1"), nil, []*Policy{p}, &a)
+	l.Carry(addr("10.0.0.1"), nil, []*Policy{p}, &b) // past both caps: counted, not refused
+	if l.Open(p) != 2 || a.Empty() || b.Empty() {
+		t.Fatalf("open %d, holds empty %v %v", l.Open(p), a.Empty(), b.Empty())
+	}
+	var h Hold
+	if v, _ := l.Admit(addr("10.0.0.2"), at, nil, []*Policy{p}, &h); v != RouteLimit {
+		t.Fatalf("a new connection with two carried open: %v", v)
+	}
+	l.Release(&a)
+	l.Release(&b)
+	// Nothing of the client's rate was spent: its one token is there.
+	if v, _ := l.Admit(addr("10.0.0.1"), at, nil, []*Policy{p}, &h); v != Admitted {
+		t.Fatalf("after the carried ones ended: %v", v)
+	}
+	l.Release(&h)
+	// A policy with no connection cap (ranges, rate only) carries nothing.
+	rate := New("ns/r", "t", Spec{PerClient: PerClient{PerMinute: 1}})
+	l.Carry(addr("10.0.0.1"), []*Policy{rate}, nil, &h)
+	if !h.Empty() {
+		t.Fatal("a rate-only policy counted a carried connection")
+	}
+}

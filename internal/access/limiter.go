@@ -168,10 +168,7 @@ func (l *Limiter) Admit(client netip.Addr, at time.Time, listener, route []*Poli
 	if !limited {
 		return Admitted, nil
 	}
-	now := int64(0) // ticks since the epoch, as the client table keeps time
-	if d := at.Sub(l.epoch); d > 0 {
-		now = int64(d / tick)
-	}
+	now := l.ticks(at)
 	for i, p := range listener {
 		if p.limited {
 			if v := l.count(p, uint8(i), client, now, h); v != Admitted {
@@ -221,6 +218,54 @@ func (l *Limiter) count(p *Policy, pi uint8, client netip.Addr, now int64, h *Ho
 	}
 	h.n++
 	return Admitted
+}
+
+// Carry counts an established connection from client, which another process admitted
+// and handed over (a live upgrade), against the limits on its path: the target's and the
+// client's connection counts, so that what comes after it meets the limits as if it had
+// been admitted here. It refuses nothing (a held connection is never cut) and spends no
+// rate (the connection is not new); a count goes past its cap if the other process's
+// policies were looser, and a client the table has no room for is not counted. h (empty)
+// holds what was counted, for Release when the connection ends.
+func (l *Limiter) Carry(client netip.Addr, listener, route []*Policy, h *Hold) {
+	client = client.Unmap()
+	now := l.ticks(time.Now())
+	for i, p := range listener {
+		l.carry(p, uint8(i), client, now, h)
+	}
+	for i, p := range route {
+		l.carry(p, uint8(len(listener)+i), client, now, h)
+	}
+}
+
+// ticks is at in the client table's time: ticks since the epoch.
+func (l *Limiter) ticks(at time.Time) int64 {
+	if d := at.Sub(l.epoch); d > 0 {
+		return int64(d / tick)
+	}
+	return 0
+}
+
+func (l *Limiter) carry(p *Policy, pi uint8, client netip.Addr, now int64, h *Hold) {
+	if !p.limited || int(h.n) == MaxPath || p.Spec.MaxConnections == 0 && p.clientMax == 0 {
+		return
+	}
+	st := l.state(p)
+	e := &h.held[h.n]
+	*e = held{st: st, pi: pi}
+	if p.Spec.MaxConnections > 0 {
+		st.conns.Add(1)
+		e.flags |= heldRoute
+	}
+	if p.clientMax > 0 {
+		// As admit, with no cap short of what an entry counts, and no rate.
+		l.clients.admit(e, l.clients.hash(st.id, client, p.v6bits), maxClientConns, 0, 0, now)
+	}
+	if e.flags == 0 {
+		*e = held{}
+		return
+	}
+	h.n++
 }
 
 // undo gives back what h counted in a refused Admit, the rate included: a connection that

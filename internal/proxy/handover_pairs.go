@@ -7,8 +7,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/snigate/snigate/internal/access"
 	"github.com/snigate/snigate/internal/handover"
 	"github.com/snigate/snigate/internal/relay"
+	"github.com/snigate/snigate/internal/snapshot"
 )
 
 // Relayed connections in a live upgrade: the old process takes each relaying pair off its
@@ -149,7 +151,8 @@ func (c *conn) resumeHere(rl *relay.Relay, st *handover.Pair, det relay.Detached
 // client and backend are its sockets, which the proxy owns once Resume returns nil (on
 // error they are still the caller's). It counts as this proxy's from now on, in its port's
 // and route's gauges, and its access log line, written when it ends, has its whole life.
-// It does not count against AccessPolicies' connection limits here.
+// It counts against the connection limits of the AccessPolicies on its path here
+// (carryAccess), refusing nothing.
 func (p *Proxy) Resume(st *handover.Pair, client, backend int) error {
 	rl, err := p.relay()
 	if err != nil {
@@ -179,6 +182,7 @@ func (p *Proxy) Resume(st *handover.Pair, client, backend int) error {
 	}
 	if c.route != "" {
 		c.enterRoute()
+		c.carryAccess(st)
 	}
 	if ip := c.peer.Addr(); st.PGCancel && ip.IsValid() {
 		ep := c.endpointAddr
@@ -199,6 +203,41 @@ func (p *Proxy) Resume(st *handover.Pair, client, backend int) error {
 	}
 	c.holdPair(pr)
 	return nil
+}
+
+// carryAccess counts a handed-over connection against the limits of the AccessPolicies on
+// its path in this proxy's configuration, when its SNI (or its TCP port) still leads to its
+// route: the connections the old process admitted count against what comes after them, so
+// an upgrade does not reset a database's maxConnections. Nothing is refused or checked
+// (a held connection is never cut, as on a reload); the counts are given back when the
+// connection ends (unregister).
+func (c *conn) carryAccess(st *handover.Pair) {
+	s := c.p.snap.Load()
+	if s == nil {
+		return
+	}
+	port := s.Port(st.Address)
+	if port == nil {
+		return
+	}
+	var l *snapshot.Listener
+	var r *snapshot.Route
+	if port.Protocol == snapshot.ProtocolTCP {
+		if l = port.TCP; l != nil {
+			r = l.Route
+		}
+	} else {
+		l, r = port.Lookup([]byte(st.SNI))
+	}
+	if l == nil || r == nil || r.Name != st.Route {
+		return
+	}
+	var h access.Hold
+	c.p.access.Carry(st.Client.Addr(), l.Access, r.Access, &h)
+	if !h.Empty() {
+		c.hold = holds.Get().(*access.Hold)
+		*c.hold = h
+	}
 }
 
 // portFor is the port a handed-over connection counts in: the one serving addr, or, when

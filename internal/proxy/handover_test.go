@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/snigate/snigate/internal/access"
 	"github.com/snigate/snigate/internal/handover"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/snapshot"
@@ -126,4 +127,73 @@ func TestHandOverPairs(t *testing.T) {
 		t.Fatalf("greeting after the hand-over %q, %v", line, err)
 	}
 	echoOnce(t, c, r, "new\n")
+}
+
+// A handed-over connection counts against the AccessPolicies' limits of its path in the new
+// proxy: with the route capped at one connection and one customer connection moved over,
+// the new proxy refuses a second until the moved one ends. An upgrade does not reset a
+// database's maxConnections, nor its clients' caps.
+func TestHandOverCountsAccessLimits(t *testing.T) {
+	var oldLog, newLog testutil.SyncBuffer
+	old, nu := loggedProxy(t, &oldLog), loggedProxy(t, &newLog)
+	addr := freeAddr(t)
+	mkSnap := func() *snapshot.Snapshot {
+		r := route("r", backend(t, "A", nil))
+		r.Access = []*access.Policy{access.New("gw/cap", "TCPRoute gw/r", access.Spec{
+			MaxConnections: 1, PerClient: access.PerClient{MaxConnections: 1}})}
+		return snapshot.New(1, []*snapshot.Port{{Address: addr, Protocol: snapshot.ProtocolTCP,
+			TCP: &snapshot.Listener{Name: "gw/tcp", Route: r}}})
+	}
+	if err := old.Apply(mkSnap()); err != nil {
+		t.Fatal(err)
+	}
+	moved := dial(t, addr)
+	moved.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(moved)
+	if line, err := r.ReadString('\n'); err != nil || line != "A\n" {
+		t.Fatalf("greeting %q, %v", line, err)
+	}
+	_, fds, err := old.ListenerFDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nu.Inherit(map[string]int{addr: fds[0]})
+	// The new process's own configuration: new Policy values, as a new binary builds them.
+	if err := nu.Apply(mkSnap()); err != nil {
+		t.Fatal(err)
+	}
+	nu.DropInherited()
+	old.StopAccepting()
+	sent, err := old.DetachPairs(func(st *handover.Pair, client, backend int) error {
+		dc, _ := unix.Dup(client)
+		db, _ := unix.Dup(backend)
+		return nu.Resume(st, dc, db)
+	})
+	if sent != 1 || err != nil {
+		t.Fatalf("DetachPairs: %d sent, %v", sent, err)
+	}
+	echoOnce(t, moved, r, "moved\n")
+
+	refused := func() bool {
+		c := dial(t, addr)
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err == nil && line == "A\n" {
+			return false
+		}
+		return true
+	}
+	if !refused() {
+		t.Fatal("a second connection admitted past maxConnections 1 while the handed-over one is open")
+	}
+	waitLog(t, &newLog, `msg="connection rejected"`, "policy=gw/cap", "outcome=route_connection_limit")
+	moved.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for refused() {
+		if time.Now().After(deadline) {
+			t.Fatal("still refused after the handed-over connection ended: its count was not given back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
