@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -366,12 +365,9 @@ func echoOnce(addr, sni string, ca *testutil.CA) error {
 	return roundTrip(c, "ping")
 }
 
-// A data plane told to stop (a rollout's SIGTERM) refuses no one: /readyz fails at once while
-// new connections are still accepted for --shutdown-grace (the endpoints in front of it take
-// that long to drop it), then the listener closes and an open session goes on until it ends
-// or --drain-timeout passes; the process exits 0. `snigate dataplane` and `snigate
-// controller` stop alike (cmd/snigate/shutdown.go); the controller with its proxy is what
-// this test can start without a kubelet.
+// A data plane told to stop (a rollout's SIGTERM) refuses no one (stopsWithoutRefusing).
+// `snigate dataplane` and `snigate controller` stop alike (cmd/snigate/shutdown.go); the
+// controller with its proxy is what this test can start without a kubelet.
 func TestControllerStopsWithoutRefusing(t *testing.T) {
 	env, _, ca, port := echoCluster(t)
 	const grace, drain = 2 * time.Second, 3 * time.Second
@@ -379,56 +375,5 @@ func TestControllerStopsWithoutRefusing(t *testing.T) {
 		"--leader-elect=false", "--shutdown-grace", grace.String(), "--drain-timeout", drain.String())
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	kubetest.Eventually(t, clusterWait, "route a served", func() error { return echoOnce(addr, "a.example.test", ca) })
-	held := dialEcho(t, addr, "a.example.test", ca)
-	defer held.Close()
-
-	g.signal(t, syscall.SIGTERM)
-	stopped := time.Now()
-	kubetest.Eventually(t, time.Second, "/readyz failing at once", func() error {
-		code, body, err := g.get("/readyz")
-		if err != nil || code != 503 || !strings.Contains(string(body), "draining") {
-			return fmt.Errorf("/readyz %d %q %v", code, body, err)
-		}
-		return nil
-	})
-	// During the grace: accepted as before.
-	accepted := 0
-	for time.Since(stopped) < grace-500*time.Millisecond {
-		if err := echoOnce(addr, "a.example.test", ca); err != nil {
-			t.Fatalf("a new connection %s into the grace failed: %v", time.Since(stopped).Round(time.Millisecond), err)
-		}
-		accepted++
-		time.Sleep(50 * time.Millisecond)
-	}
-	// After it: refused, while the held session goes on.
-	kubetest.Eventually(t, grace+2*time.Second, "the listener closed after the grace", func() error {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return errors.New("still accepting")
-		}
-		return nil
-	})
-	closedAfter := time.Since(stopped)
-	if err := roundTrip(held, "during the drain"); err != nil {
-		t.Errorf("held session during the drain: %v", err)
-	}
-	select {
-	case <-g.exited:
-		t.Fatalf("exited during the drain: %v", g.exitErr)
-	default:
-	}
-	select {
-	case <-g.exited:
-	case <-time.After(grace + drain + 5*time.Second):
-		t.Fatal("not exited after the grace and the drain")
-	}
-	if g.exitErr != nil {
-		t.Errorf("exit: %v, want 0", g.exitErr)
-	}
-	t.Logf("%d new connections accepted during the grace; listener closed %s after SIGTERM; exited %s after it (grace %s, drain %s)",
-		accepted, closedAfter.Round(10*time.Millisecond), time.Since(stopped).Round(10*time.Millisecond), grace, drain)
-	if closedAfter < grace {
-		t.Errorf("the listener closed %s after SIGTERM, before the grace of %s", closedAfter, grace)
-	}
+	stopsWithoutRefusing(t, g, addr, "a.example.test", ca, grace, drain)
 }

@@ -155,6 +155,7 @@ func serve(args []string) error {
 	pidFile := fs.String("pid-file", "", "write the process's pid here (a live upgrade's new process writes its own); `snigate upgrade --pid-file` finds the process through it")
 	upgradeBinary := fs.String("upgrade-binary", "", "the binary a live upgrade (SIGUSR2, snigate upgrade) starts (default: the path this one was started from)")
 	upgradeTimeout := fs.Duration("upgrade-timeout", 30*time.Second, "how long a live upgrade's new process may take to load its configuration and take the sockets over before the upgrade is abandoned")
+	grace := shutdownGraceFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -217,7 +218,8 @@ func serve(args []string) error {
 	if to != nil {
 		inheritedAdmin = to.admin
 	}
-	admins, err := startAdminServers(rf, m, r.State, log, nil, inheritedAdmin, func(flag string, s *admin.Server) {
+	sd := &shutdown{grace: *grace, log: log}
+	admins, err := startAdminServers(rf, m, sd.state(r.State), log, nil, inheritedAdmin, func(flag string, s *admin.Server) {
 		if flag == "--admin" {
 			s.HandleFunc("POST /upgrade", up.upgradeHandler)
 		}
@@ -263,12 +265,19 @@ func serve(args []string) error {
 		log.Info("stopped")
 		return nil
 	}
+	var graceEnd <-chan time.Time // the grace after a SIGTERM or SIGINT: readiness fails
+	var stopping os.Signal
 	for {
 		select {
 		case err := <-watchErr:
 			if err != nil {
 				return err
 			}
+		case <-graceEnd:
+			if *pidFile != "" && !up.done.Load() {
+				os.Remove(*pidFile)
+			}
+			return drain(stopping.String())
 		case <-up.upgraded:
 			// The new process serves the sockets and took the relayed connections; what is
 			// left here (terminated TLS, HTTPS, connections still being routed) drains. The
@@ -283,6 +292,19 @@ func serve(args []string) error {
 				default:
 				}
 				continue
+			}
+			if stopping == nil && *grace > 0 {
+				// As a data plane behind a load balancer stops (shutdown): readiness fails
+				// while connections are still accepted, until the grace ends or a second
+				// signal comes.
+				stopping = s
+				sd.draining.Store(true)
+				log.Info("stopping: readiness fails, connections still accepted", "signal", s.String(), "grace", *grace)
+				graceEnd = time.After(*grace)
+				continue
+			}
+			if stopping != nil {
+				log.Info("second signal: grace cut short", "signal", s.String())
 			}
 			if *pidFile != "" && !up.done.Load() {
 				os.Remove(*pidFile)
