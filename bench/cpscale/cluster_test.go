@@ -313,12 +313,17 @@ func (c *controller) metric(name string) float64 {
 
 // profile saves a CPU profile of the controller over the next seconds.
 func (c *controller) profile(path string, seconds int) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.admin, seconds))
+	c.save(path, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds))
+}
+
+// save saves what the controller's admin listener answers at path (a profile) to file.
+func (c *controller) save(file, path string) {
+	resp, err := http.Get("http://" + c.admin + path)
 	if err != nil {
 		return
 	}
 	defer resp.Body.Close()
-	if f, err := os.Create(path); err == nil {
+	if f, err := os.Create(file); err == nil {
 		io.Copy(f, resp.Body)
 		f.Close()
 	}

@@ -134,6 +134,10 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	}
 	t.Logf("step %s: converged: Programmed after %.1f s, served after %.1f s, RSS %.0f MiB, %.1f CPU s; API server and etcd %.1f CPU s for %d writes",
 		shape, st.ProgrammedSeconds, st.ServedSeconds, st.RSSConvergedMiB, st.CPUConverge, st.APIServerCPUConverge, st.ConvergeWrites)
+	if keep := os.Getenv("SNIGATE_CPSCALE_KEEP"); keep != "" {
+		// What the controller's memory holds once converged, for reading after the run.
+		c.save(filepath.Join(keep, fmt.Sprintf("heap-%s-%d.pprof", strings.ReplaceAll(shape, " ", "-"), exposures)), "/debug/pprof/heap")
+	}
 
 	// Settled: every exposure has its certificate probe's verdict, so that the trials count
 	// what one new exposure causes, not the first probes of the others.
