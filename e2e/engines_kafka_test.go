@@ -35,31 +35,8 @@ func kafkaBrokerIP(i int) string { return "127.0.0." + strconv.Itoa(61+i) }
 func TestEngineKafka(t *testing.T) {
 	t.Parallel()
 	needBinary(t)
-	ca := testutil.NewCA(t)
-	bootstrap := engineHostnames("events", "kafka")
-	member := func(i int) string { return fmt.Sprintf("b%d", i) }
-	// memberNames are broker i's names: b<i>.events.kafka.<apex> and b<i>.events.<apex>.
-	memberNames := func(i int) []string {
-		return []string{member(i) + "." + bootstrap[0], member(i) + "." + bootstrap[1]}
-	}
-	var certs []*testutil.Cert
-	for i := range kafkaBrokers {
-		// Every broker's certificate names the bootstrap too: the bootstrap route sends a
-		// client to any of them.
-		certs = append(certs, ca.Issue(t, append(memberNames(i), bootstrap...)...))
-	}
-	brokerPort, cluster := startKafka(t, certs, func(i int) string { return memberNames(i)[0] + ":9093" })
-
-	exposure := exposureYAML("events", "kafka", 9093) + "  members:\n"
-	var objects, ips []string
-	for i := range kafkaBrokers {
-		ips = append(ips, kafkaBrokerIP(i))
-		svc := "events-" + member(i)
-		exposure += fmt.Sprintf("  - {name: %s, backendRef: {name: %s, port: 9093}}\n", member(i), svc)
-		objects = append(objects, fixture.ServiceYAML("acme", svc, 9093, brokerPort, kafkaBrokerIP(i)))
-	}
-	objects = append(objects, exposure, fixture.ServiceYAML("acme", "events", 9093, brokerPort, ips...))
-	e := startEngineTenant(t, ca, 9093, objects...)
+	k := startKafkaTenant(t, nil)
+	e, ca, certs, cluster, bootstrap, member, memberNames := k.e, k.ca, k.certs, k.cluster, k.bootstrap, k.member, k.memberNames
 
 	t.Run("status", func(t *testing.T) {
 		st := e.waitVerified(t, map[string][]*testutil.Cert{"events": certs})["events"]
@@ -185,6 +162,47 @@ func TestEngineKafka(t *testing.T) {
 			return cl.Ping(ctx)
 		})
 	})
+}
+
+// kafkaTenant is three kfake brokers with TLS behind one DatabaseExposure with a member per
+// broker (b0, b1, b2), each broker advertising its member's name.
+type kafkaTenant struct {
+	e           *engineTenant
+	ca          *testutil.CA
+	certs       []*testutil.Cert
+	cluster     *kfake.Cluster
+	bootstrap   []string // the exposure's two names
+	member      func(int) string
+	memberNames func(int) []string
+}
+
+// startKafkaTenant starts the brokers and a gateway serving them, with args for snigate serve.
+func startKafkaTenant(t *testing.T, args []string) *kafkaTenant {
+	t.Helper()
+	k := &kafkaTenant{ca: testutil.NewCA(t), bootstrap: engineHostnames("events", "kafka")}
+	k.member = func(i int) string { return fmt.Sprintf("b%d", i) }
+	// memberNames are broker i's names: b<i>.events.kafka.<apex> and b<i>.events.<apex>.
+	k.memberNames = func(i int) []string {
+		return []string{k.member(i) + "." + k.bootstrap[0], k.member(i) + "." + k.bootstrap[1]}
+	}
+	for i := range kafkaBrokers {
+		// Every broker's certificate names the bootstrap too: the bootstrap route sends a
+		// client to any of them.
+		k.certs = append(k.certs, k.ca.Issue(t, append(k.memberNames(i), k.bootstrap...)...))
+	}
+	var brokerPort int
+	brokerPort, k.cluster = startKafka(t, k.certs, func(i int) string { return k.memberNames(i)[0] + ":9093" })
+	exposure := exposureYAML("events", "kafka", 9093) + "  members:\n"
+	var objects, ips []string
+	for i := range kafkaBrokers {
+		ips = append(ips, kafkaBrokerIP(i))
+		svc := "events-" + k.member(i)
+		exposure += fmt.Sprintf("  - {name: %s, backendRef: {name: %s, port: 9093}}\n", k.member(i), svc)
+		objects = append(objects, fixture.ServiceYAML("acme", svc, 9093, brokerPort, kafkaBrokerIP(i)))
+	}
+	objects = append(objects, exposure, fixture.ServiceYAML("acme", "events", 9093, brokerPort, ips...))
+	k.e = startEngineTenantArgs(t, k.ca, 9093, args, objects...)
+	return k
 }
 
 // startKafka starts a kfake cluster of len(certs) TLS brokers: broker i listens on

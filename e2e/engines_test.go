@@ -44,6 +44,12 @@ type engineTenant struct {
 // when snigate is ready. nativePort is the engine's listener port in the Gateway.
 func startEngineTenant(t *testing.T, ca *testutil.CA, nativePort int, objects ...string) *engineTenant {
 	t.Helper()
+	return startEngineTenantArgs(t, ca, nativePort, nil, objects...)
+}
+
+// startEngineTenantArgs is startEngineTenant with more flags for snigate serve.
+func startEngineTenantArgs(t *testing.T, ca *testutil.CA, nativePort int, args []string, objects ...string) *engineTenant {
+	t.Helper()
 	ports := testutil.FreePorts(t, 3)
 	wildcard := ca.Issue(t, engineApex, "*."+engineApex)
 	dir := configDir(t)
@@ -58,9 +64,9 @@ spec:
   apex: ` + engineApex + `
   certificates: {mode: existingSecret, wildcardSecretRef: {name: wildcard}}
 `, fixture.TLSSecretYAML("acme", "wildcard", wildcard.Cert)}, objects...)...))
-	g := startGateway(t, dir, "--bind", "127.0.0.1",
-		"--bind-port", "80="+strconv.Itoa(ports[0]), "--bind-port", "443="+strconv.Itoa(ports[1]),
-		"--bind-port", fmt.Sprintf("%d=%d", nativePort, ports[2]))
+	g := startGateway(t, dir, append([]string{"--bind", "127.0.0.1",
+		"--bind-port", "80=" + strconv.Itoa(ports[0]), "--bind-port", "443=" + strconv.Itoa(ports[1]),
+		"--bind-port", fmt.Sprintf("%d=%d", nativePort, ports[2])}, args...)...)
 	return &engineTenant{g: g, ca: ca, port: ports[2]}
 }
 
