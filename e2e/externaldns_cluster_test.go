@@ -52,8 +52,9 @@ func externalDNSBinary(t *testing.T) string {
 // (TLSRoutes, and a TCPRoute for MariaDB) and writes the Gateway's status.addresses; the real
 // external-dns, with the args and RBAC of examples/external-dns (its gateway-tlsroute source,
 // impersonating its ServiceAccount), publishes them through RFC 2136 to a DNS server the test
-// runs. Every TLS exposure's every hostname then resolves, through that server, to the
-// Gateway's address and nothing else; a name of no exposure does not resolve; deleting an
+// runs. Every TLS exposure's every hostname, and every member's of the Kafka exposure (a
+// TLSRoute per broker), then resolves, through that server, to the Gateway's address and
+// nothing else; a name of no exposure does not resolve; deleting an
 // exposure takes its names out, and a new one's names come in. MariaDB's name is not
 // published: external-dns's gateway-tcproute source watches TCPRoute v1alpha2, which the
 // Gateway API v1.6 CRDs no longer serve (docs/databases.md, "DNS", says what to do instead).
@@ -105,7 +106,12 @@ spec:
 		exposure("orders", "postgres", 5432, ""),
 		exposure("billing", "postgres", 5432, ""),
 		exposure("cache", "redis", 6379, ""),
-		exposure("events", "kafka", 9093, ""),
+		// A clustered engine: a broker's own names come from its member, each a TLSRoute of
+		// its own that external-dns publishes like the exposure's.
+		exposure("events", "kafka", 9093, "  members:\n"+
+			"  - {name: b0, backendRef: {name: events-b0, port: 9093}}\n"+
+			"  - {name: b1, backendRef: {name: events-b1, port: 9093}}\n"),
+		service("events-b0", 9093), service("events-b1", 9093),
 		exposure("legacy", "mariadb", 3306, fmt.Sprintf("  port: %d\n", mariaPort)),
 	))
 	// The names docs/databases.md promises (databaseHostnames "both", the default; MariaDB's
@@ -117,6 +123,11 @@ spec:
 		"cache":   {"cache.redis.example.test", "cache.example.test"},
 		"events":  {"events.kafka.example.test", "events.example.test"},
 		"legacy":  {"legacy.mariadb.example.test"},
+	}
+	// The members' names: <member>.<release>.<engine>.<apex> and the flat one.
+	members := map[string][]string{
+		"b0": {"b0.events.kafka.example.test", "b0.events.example.test"},
+		"b1": {"b1.events.kafka.example.test", "b1.events.example.test"},
 	}
 
 	startSnigate(t, "", "controller", "--kubeconfig", kubeconfig, "--leader-elect=false",
@@ -144,6 +155,16 @@ spec:
 			}
 			if !slices.Equal(d.Status.Hostnames, want[d.Name]) {
 				problems = append(problems, fmt.Sprintf("%s: hostnames %v, want %v", d.Name, d.Status.Hostnames, want[d.Name]))
+			}
+			if d.Name == "events" {
+				if len(d.Status.Members) != len(members) {
+					problems = append(problems, fmt.Sprintf("events: members %+v, want %d", d.Status.Members, len(members)))
+				}
+				for _, m := range d.Status.Members {
+					if !slices.Equal(m.Hostnames, members[m.Name]) {
+						problems = append(problems, fmt.Sprintf("events member %s: hostnames %v, want %v", m.Name, m.Hostnames, members[m.Name]))
+					}
+				}
 			}
 		}
 		if len(list.Items) != len(want) {
@@ -217,11 +238,16 @@ spec:
 				names = append(names, hosts...)
 			}
 		}
+		if !slices.Contains(skip, "events") {
+			for _, hosts := range members {
+				names = append(names, hosts...)
+			}
+		}
 		slices.Sort(names)
 		return names
 	}
 
-	t.Run("every exposure's hostnames at the Gateway's address", func(t *testing.T) {
+	t.Run("every exposure's and every member's hostnames at the Gateway's address", func(t *testing.T) {
 		resolves("every hostname resolving to the Gateway", all(), append([]string{"nothing.postgres.example.test", "nothing.example.test"}, unpublished...))
 		// Published by this external-dns (its TXT registry's ownership records beside them),
 		// not by anything else the server was told.
