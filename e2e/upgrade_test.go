@@ -187,6 +187,18 @@ func oneSession(port int, cfg *tls.Config, i int) error {
 	return nil
 }
 
+// hammerMin is how many connections a hammer must make for its test to have tested.
+const hammerMin = 20
+
+// keepUntil lets the hammer run until it has made hammerMin connections (a bounded wait: on
+// a loaded machine a fixed pause made too few, and the test said it did not test).
+func (h *hammer) keepUntil(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(waitTimeout); h.ok.Load()+h.failed.Load() < hammerMin && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // finish stops the hammer and fails t if a connection failed or too few were made.
 func (h *hammer) finish(t *testing.T) {
 	t.Helper()
@@ -196,7 +208,7 @@ func (h *hammer) finish(t *testing.T) {
 	if h.failed.Load() > 0 {
 		t.Errorf("%d new connections failed: %v", h.failed.Load(), errors.Join(h.errs...))
 	}
-	if h.ok.Load() < 20 {
+	if h.ok.Load() < hammerMin {
 		t.Errorf("only %d new connections were made: the test did not test", h.ok.Load())
 	}
 }
@@ -252,7 +264,7 @@ func TestUpgradeFailureKeepsServing(t *testing.T) {
 		if pid, _ := g.pid(); pid != g.cmd.Process.Pid {
 			t.Errorf("pid file names %d, want the old process %d", pid, g.cmd.Process.Pid)
 		}
-		time.Sleep(200 * time.Millisecond)
+		h.keepUntil(t)
 		h.finish(t)
 	})
 	t.Run("configuration rejected", func(t *testing.T) {
@@ -272,7 +284,7 @@ func TestUpgradeFailureKeepsServing(t *testing.T) {
 		if g2 := g.generation(t); g2 != gen {
 			t.Errorf("generation %d → %d", gen, g2)
 		}
-		time.Sleep(200 * time.Millisecond)
+		h.keepUntil(t)
 		h.finish(t)
 		// Fixed, the upgrade goes through.
 		writeFile(t, g.dir, "routes.yaml", routeYAML("route-a", "tls", []string{"a.test"}, to("svc-a")))
