@@ -30,31 +30,15 @@ import (
 )
 
 // `snigate controller` with its local proxy outlives an API server outage: the process
-// loses its leader Lease while the API server is unreachable, stops writing status, and
-// keeps serving its last configuration — no new connection fails, a held session goes on —
-// then wins the Lease back when the API server returns, writes nothing that did not change,
-// and serves changes made after. Then a leader hand-over: a second replica serves all along
+// loses its leader Lease while the API server is unreachable (for a minute), stops writing
+// status, and keeps serving its last configuration — no new connection fails, a held session
+// goes on — then wins the Lease back when the API server returns, writes nothing that did
+// not change, and serves changes made after. Then a leader hand-over: a second replica serves all along
 // while the first stops, wins the Lease, and writes only what changes.
 func TestControllerOutlivesAPIServerOutage(t *testing.T) {
 	env, cl, ca, port := echoCluster(t)
 	// The controller reaches the API server through a link the test cuts.
-	base, _, err := rest.DefaultServerUrlFor(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := testutil.NewLink(t, base.Host)
-	kubeconfig := writeKubeconfig(t, env)
-	kc, err := clientcmd.LoadFromFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range kc.Clusters {
-		c.Server = "https://" + link.Addr()
-	}
-	linked := filepath.Join(t.TempDir(), "kubeconfig-linked")
-	if err := clientcmd.WriteToFile(*kc, linked); err != nil {
-		t.Fatal(err)
-	}
+	link, linked, kubeconfig := linkedKubeconfig(t, env)
 	g := startSnigate(t, "", "controller", "--kubeconfig", linked, "--bind", "127.0.0.1",
 		"--leader-elect", "--leader-election-namespace", "default",
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms")
@@ -76,17 +60,21 @@ func TestControllerOutlivesAPIServerOutage(t *testing.T) {
 		return strings.HasPrefix(fmt.Sprint(rec["msg"]), "lost the leader Lease")
 	})
 	t.Logf("lease lost %s into the outage", time.Since(down).Round(100*time.Millisecond))
-	time.Sleep(5 * time.Second) // well past the lease: the replica campaigns meanwhile
-	select {
-	case <-g.exited:
-		t.Fatalf("the controller exited during the outage: %v", g.exitErr)
-	default:
-	}
-	if code, _, err := g.get("/readyz"); err != nil || code != 200 {
-		t.Errorf("/readyz %d, %v during the outage: the proxy serves its last configuration", code, err)
-	}
-	if err := roundTrip(held, "during the outage"); err != nil {
-		t.Errorf("held session: %v", err)
+	// A minute in all, the replica campaigning meanwhile; every 5 s the process, its
+	// readiness and the held session are checked.
+	for time.Since(down) < time.Minute {
+		time.Sleep(5 * time.Second)
+		select {
+		case <-g.exited:
+			t.Fatalf("the controller exited during the outage: %v", g.exitErr)
+		default:
+		}
+		if code, _, err := g.get("/readyz"); err != nil || code != 200 {
+			t.Errorf("/readyz %d, %v %s into the outage: the proxy serves its last configuration", code, err, time.Since(down).Round(time.Second))
+		}
+		if err := roundTrip(held, "during the outage"); err != nil {
+			t.Errorf("held session %s into the outage: %v", time.Since(down).Round(time.Second), err)
+		}
 	}
 	if n := g.statusWrites(t); n != writesBefore {
 		t.Errorf("%v status writes during the outage", n-writesBefore)
@@ -112,8 +100,8 @@ func TestControllerOutlivesAPIServerOutage(t *testing.T) {
 	if failed != 0 {
 		t.Errorf("%d new connections failed (first: %v)", failed, firstErr)
 	}
-	if ok < 100 {
-		t.Errorf("only %d connections made: the load loop did not run through the outage", ok)
+	if ok < 100 || ok+failed >= loadMax {
+		t.Errorf("%d connections made: the load loop did not run through the outage", ok+failed)
 	}
 
 	// A hand-over: a second replica (its proxy on 127.0.0.2) serves all along; the first
@@ -153,19 +141,46 @@ func TestControllerOutlivesAPIServerOutage(t *testing.T) {
 	}
 }
 
+// linkedKubeconfig writes two kubeconfigs of a cluster admin of env: direct, and through a
+// link to the API server that the test can cut (an outage as the processes using it see it).
+func linkedKubeconfig(t *testing.T, env *envtest.Environment) (link *testutil.Link, linked, direct string) {
+	t.Helper()
+	base, _, err := rest.DefaultServerUrlFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link = testutil.NewLink(t, base.Host)
+	direct = writeKubeconfig(t, env)
+	kc, err := clientcmd.LoadFromFile(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range kc.Clusters {
+		c.Server = "https://" + link.Addr()
+	}
+	linked = filepath.Join(t.TempDir(), "kubeconfig-linked")
+	if err := clientcmd.WriteToFile(*kc, linked); err != nil {
+		t.Fatal(err)
+	}
+	return link, linked, direct
+}
+
 // load makes a new connection and one round trip through the gateway every 20 ms (at most
-// 3 000 of them) until stopped.
+// loadMax of them) until stopped.
 type load struct {
 	done       chan struct{}
 	wg         sync.WaitGroup
 	ok, failed atomic.Int64
-	first      atomic.Value
+	first      atomic.Pointer[error] // errors differ in type: an atomic.Value would panic
 }
+
+// loadMax bounds a load loop: 20 ms apart, two minutes or more.
+const loadMax = 6000
 
 func startLoad(addr, sni string, ca *testutil.CA) *load {
 	l := &load{done: make(chan struct{})}
 	l.wg.Go(func() {
-		for i := 0; i < 3000; i++ {
+		for i := 0; i < loadMax; i++ {
 			select {
 			case <-l.done:
 				return
@@ -173,7 +188,7 @@ func startLoad(addr, sni string, ca *testutil.CA) *load {
 			}
 			if err := echoOnce(addr, sni, ca); err != nil {
 				l.failed.Add(1)
-				l.first.CompareAndSwap(nil, err)
+				l.first.CompareAndSwap(nil, &err)
 			} else {
 				l.ok.Add(1)
 			}
@@ -186,12 +201,15 @@ func startLoad(addr, sni string, ca *testutil.CA) *load {
 func (l *load) stop() (ok, failed int64, first any) {
 	close(l.done)
 	l.wg.Wait()
-	return l.ok.Load(), l.failed.Load(), l.first.Load()
+	if e := l.first.Load(); e != nil {
+		first = *e
+	}
+	return l.ok.Load(), l.failed.Load(), first
 }
 
 // echoCluster starts an API server holding a Gateway apps/edge (one TLS passthrough
 // listener on a free port, *.example.test) and the TLSRoute a.example.test to the Service
-// db: an echo backend in a network namespace, its certificate for a, b and c.example.test.
+// db: an echo backend in a network namespace, its certificate for a, b, c and d.example.test.
 func echoCluster(t *testing.T) (*envtest.Environment, client.Client, *testutil.CA, int) {
 	t.Helper()
 	needBinary(t)
@@ -208,7 +226,7 @@ func echoCluster(t *testing.T) (*envtest.Environment, client.Client, *testutil.C
 		t.Fatal(err)
 	}
 	ca := testutil.NewCA(t)
-	cert := ca.Issue(t, "a.example.test", "b.example.test", "c.example.test")
+	cert := ca.Issue(t, "a.example.test", "b.example.test", "c.example.test", "d.example.test")
 	host := testutil.NetnsHost(t, "outage")
 	const backendPort = 9443
 	certFile, keyFile := cert.WriteFiles(t, t.TempDir())
