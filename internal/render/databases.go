@@ -457,9 +457,12 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 		if prev.tcp != nil {
 			b.tcpRoutes = append(b.tcpRoutes, prev.tcp)
 		} else {
+			rm := m
+			names := strings.Join(hosts, ",")
+			rm.Annotations = map[string]string{AnnotationExternalDNSHostname: names, AnnotationExternalDNSHostnameLegacy: names}
 			b.tcpRoutes = append(b.tcpRoutes, &gwv1.TCPRoute{
 				TypeMeta:   metav1.TypeMeta{APIVersion: gwv1.GroupVersion.String(), Kind: "TCPRoute"},
-				ObjectMeta: m,
+				ObjectMeta: rm,
 				Spec: gwv1.TCPRouteSpec{CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{parent}},
 					Rules: []gwv1.TCPRouteRule{{BackendRefs: backendRefs(d.Spec.BackendRef)}}},
 			})

@@ -79,6 +79,14 @@ const (
 	LabelGateway = "snigate.dev/gateway"
 	// LabelHost on a Namespace is its apex.
 	LabelHost = "snigate.dev/host"
+	// AnnotationExternalDNSHostname on a rendered TCPRoute lists its exposure's hostnames.
+	// A TCPRoute has no hostnames of its own (its port routes it), so this annotation is
+	// the only place external-dns's gateway-tcproute source can read them from
+	// (docs/databases.md, DNS). external-dns reads this key since v0.22.0 and the legacy
+	// one before (v0.23.0 reads it only with --enable-legacy-annotation-prefix): a route
+	// carries both, so any version finds its names.
+	AnnotationExternalDNSHostname       = "external-dns.kubernetes.io/hostname"
+	AnnotationExternalDNSHostnameLegacy = "external-dns.alpha.kubernetes.io/hostname"
 
 	// MaxListeners is a Gateway's listener cap (Gateway API: spec.listeners maxItems 64).
 	MaxListeners = 64
