@@ -76,7 +76,7 @@ type nodePod struct {
 	exitErr  error
 	termAt   time.Time // when SIGTERM was sent; zero before
 	killed   bool      // SIGKILL at the grace deadline
-	crashed  bool      // exited before it was told to stop (reported once)
+	crashed  bool      // failed to start, or exited before it was told to stop (reported once)
 	removed  bool      // its Pod deleted after the exit
 	startErr error
 }
@@ -165,7 +165,8 @@ func (n *dataPlaneNode) syncPod(ctx context.Context, p *corev1.Pod) error {
 		n.pods[p.UID] = lp
 	}
 	if lp == nil || lp.startErr != nil { // deleted before it ran, or never ran: nothing to wait for
-		if lp != nil && lp.startErr != nil {
+		if lp != nil && lp.startErr != nil && !lp.crashed {
+			lp.crashed = true // reported once
 			n.t.Errorf("data plane pod %s: %v", p.Name, lp.startErr)
 		}
 		if p.DeletionTimestamp != nil {
