@@ -6,7 +6,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +27,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/internal/provision"
+	"github.com/snigate/snigate/internal/testutil"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
@@ -246,13 +245,7 @@ func (d *dataPlanes) startDataPlane(p *corev1.Pod, c corev1.Container, addr neti
 // dataPlaneReady reports whether the data plane at addr serves a configuration: its
 // readiness probe, on the metrics port.
 func dataPlaneReady(addr netip.Addr) bool {
-	c := http.Client{Timeout: 300 * time.Millisecond}
-	resp, err := c.Get("http://" + netip.AddrPortFrom(addr, provision.MetricsPort).String() + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return testutil.Ready(netip.AddrPortFrom(addr, provision.MetricsPort))
 }
 
 // dataPlaneImage is the image the provisioned run's controller writes into Deployments.

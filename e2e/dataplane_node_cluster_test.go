@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -336,13 +335,7 @@ func (n *dataPlaneNode) exitsOK(t *testing.T) {
 
 // probeReady is the Pod's readiness probe: /readyz on its metrics port.
 func probeReady(ip netip.Addr) bool {
-	c := http.Client{Timeout: 300 * time.Millisecond}
-	resp, err := c.Get("http://" + netip.AddrPortFrom(ip, provision.MetricsPort).String() + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return testutil.Ready(netip.AddrPortFrom(ip, provision.MetricsPort))
 }
 
 func podIsReady(p *corev1.Pod) bool {

@@ -88,9 +88,7 @@ func TestControllerOutlivesAPIServerOutage(t *testing.T) {
 		t.Errorf("%v status writes after the Lease was won back with nothing changed, want 0", n-writesBefore)
 	}
 	// A change after the outage is served and its status written.
-	apply(t, cl, outageRoute("b"))
-	kubetest.Eventually(t, clusterWait, "route b served after the outage", func() error { return echoOnce(addr, "b.example.test", ca) })
-	kubetest.Eventually(t, clusterWait, "route b Accepted after the outage", routeAccepted(cl, "b"))
+	addRoute(t, cl, ca, addr, "b", "after the outage")
 	if err := roundTrip(held, "after the outage"); err != nil {
 		t.Errorf("held session: %v", err)
 	}
@@ -127,9 +125,7 @@ func TestControllerOutlivesAPIServerOutage(t *testing.T) {
 	if n := g2.statusWrites(t) - g2.statusWritesOf(t, "Gateway"); n != 0 {
 		t.Errorf("%v status writes other than the Gateway's by the new leader with nothing changed, want 0", n)
 	}
-	apply(t, cl, outageRoute("c"))
-	kubetest.Eventually(t, clusterWait, "route c served after the hand-over", func() error { return echoOnce(addr2, "c.example.test", ca) })
-	kubetest.Eventually(t, clusterWait, "route c Accepted by the new leader", routeAccepted(cl, "c"))
+	addRoute(t, cl, ca, addr2, "c", "after the hand-over (its status by the new leader)")
 	if err := roundTrip(held2, "after the hand-over"); err != nil {
 		t.Errorf("held session on the second replica: %v", err)
 	}
@@ -263,6 +259,15 @@ spec:
   hostnames: [%s.example.test]
   rules: [{backendRefs: [{name: db, port: 443}]}]
 `, name, name)
+}
+
+// addRoute creates outageRoute(name) and waits until it is served through addr and its
+// status says Accepted; when says at which point of the test, for its messages.
+func addRoute(t *testing.T, cl client.Client, ca *testutil.CA, addr, name, when string) {
+	t.Helper()
+	apply(t, cl, outageRoute(name))
+	kubetest.Eventually(t, clusterWait, "route "+name+" served "+when, func() error { return echoOnce(addr, name+".example.test", ca) })
+	kubetest.Eventually(t, clusterWait, "route "+name+" Accepted "+when, routeAccepted(cl, name))
 }
 
 // routeAccepted checks that the TLSRoute apps/<name> is Accepted by the Gateway.

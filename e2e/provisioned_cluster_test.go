@@ -208,9 +208,7 @@ func TestProvisionedDataPlanesOutliveOutages(t *testing.T) {
 	if n := g.settledStatusWrites(t); n != 0 {
 		t.Errorf("%v status writes after the outage with nothing changed, want 0", n)
 	}
-	apply(t, p.cl, outageRoute("c"))
-	kubetest.Eventually(t, clusterWait, "route c served after the outage", func() error { return echoOnce(addr, "c.example.test", p.ca) })
-	kubetest.Eventually(t, clusterWait, "route c Accepted after the outage", routeAccepted(p.cl, "c"))
+	addRoute(t, p.cl, p.ca, addr, "c", "after the outage")
 	p.checkLoad(t, "the API server unreachable for "+time.Since(down).Round(time.Second).String(), traffic, held)
 
 	// 3. A leader hand-over: a second replica, then the first stopped as a rollout stops it.
@@ -225,9 +223,7 @@ func TestProvisionedDataPlanesOutliveOutages(t *testing.T) {
 	if n := g2.settledStatusWrites(t); n != 0 {
 		t.Errorf("the new leader wrote status %v times with nothing changed, want 0", n)
 	}
-	apply(t, p.cl, outageRoute("d"))
-	kubetest.Eventually(t, clusterWait, "route d served after the hand-over", func() error { return echoOnce(addr, "d.example.test", p.ca) })
-	kubetest.Eventually(t, clusterWait, "route d Accepted by the new leader", routeAccepted(p.cl, "d"))
+	addRoute(t, p.cl, p.ca, addr, "d", "after the hand-over (its status by the new leader)")
 	p.checkLoad(t, "the leader hand-over", traffic, held)
 
 	if now := p.deploymentGeneration(t); now != generation {
