@@ -189,7 +189,7 @@ func (b *build) httpHostnames() []string {
 func (b *build) treeHTTPRoutes() []*gwv1.HTTPRoute {
 	var out []*gwv1.HTTPRoute
 	for _, ns := range b.tree.namespaces {
-		out = append(out, b.r.idx.httpIn[ns]...)
+		out = append(out, b.r.ask(question{kind: qHTTPRoutes, key: nsName{namespace: ns}}).([]*gwv1.HTTPRoute)...)
 	}
 	return out
 }
@@ -197,27 +197,7 @@ func (b *build) treeHTTPRoutes() []*gwv1.HTTPRoute {
 // attaches reports whether parentRefs of a route in namespace ns name t's Gateway (its
 // ListenerSet, with spec.parentGatewayRef).
 func attaches(ns string, refs []gwv1.ParentReference, t *v1alpha1.TenantGateway) bool {
-	want := "Gateway"
-	if t.Spec.ParentGatewayRef != nil {
-		want = "ListenerSet"
-	}
-	for _, p := range refs {
-		pns := ns
-		if p.Namespace != nil {
-			pns = string(*p.Namespace)
-		}
-		group, kind := gwv1.GroupName, "Gateway"
-		if p.Group != nil {
-			group = string(*p.Group)
-		}
-		if p.Kind != nil {
-			kind = string(*p.Kind)
-		}
-		if group == gwv1.GroupName && kind == want && pns == t.Namespace && string(p.Name) == t.Name {
-			return true
-		}
-	}
-	return false
+	return attachesTo(ns, refs, keyOf(t), t.Spec.ParentGatewayRef != nil)
 }
 
 // hostnameOwners decides, for each hostname that routes of more than one namespace of the
@@ -249,7 +229,7 @@ func (b *build) hostnameOwners() string {
 		add(h.ObjectMeta, "HTTPRoute", h.Spec.ParentRefs, h.Spec.Hostnames)
 	}
 	for _, ns := range b.tree.namespaces {
-		for _, tr := range b.r.idx.tlsIn[ns] {
+		for _, tr := range b.r.ask(question{kind: qClaimTLSRoutes, key: nsName{namespace: ns}, owner: keyOf(b.t), flag: b.t.Spec.ParentGatewayRef != nil}).([]*gwv1.TLSRoute) {
 			add(tr.ObjectMeta, "TLSRoute", tr.Spec.ParentRefs, tr.Spec.Hostnames)
 		}
 	}
@@ -416,7 +396,7 @@ func (b *build) certificates() {
 	// Until cert-manager has written a Certificate's Secret, its listeners say so rather
 	// than the Gateway listener's InvalidCertificateRef.
 	for _, h := range b.https {
-		if _, held := b.st.held[h.name]; !held && !b.r.secretExists(t.Namespace, h.secret) {
+		if _, held := b.st.held[h.name]; !held && !b.r.askBool(question{kind: qSecretExists, key: nsName{t.Namespace, h.secret}}) {
 			b.st.held[h.name] = v1alpha1.ReasonCertificatePending
 		}
 	}

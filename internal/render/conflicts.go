@@ -8,21 +8,23 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/snigate/snigate/api/v1alpha1"
 )
 
 // nameInUse names an object at a rendered name that t does not own, or "".
 func (r *renderer) nameInUse(t *v1alpha1.TenantGateway) string {
-	if g := r.idx.gateways[keyOf(t)]; g != nil && !ownedBy(g, t) {
-		return fmt.Sprintf("Gateway %s/%s exists and is not this TenantGateway's: rename one of them", g.Namespace, g.Name)
+	if r.askBool(question{kind: qForeignGateway, key: keyOf(t), owner: keyOf(t), uid: t.UID}) {
+		return fmt.Sprintf("Gateway %s/%s exists and is not this TenantGateway's: rename one of them", t.Namespace, t.Name)
 	}
-	if ls := r.idx.listenerSets[keyOf(t)]; ls != nil && !ownedBy(ls, t) {
-		return fmt.Sprintf("ListenerSet %s/%s exists and is not this TenantGateway's: rename one of them", ls.Namespace, ls.Name)
+	if r.askBool(question{kind: qForeignListenerSet, key: keyOf(t), owner: keyOf(t), uid: t.UID}) {
+		return fmt.Sprintf("ListenerSet %s/%s exists and is not this TenantGateway's: rename one of them", t.Namespace, t.Name)
 	}
-	if h := r.idx.httpRoutes[nsName{t.Namespace, redirectName(t)}]; h != nil && !ownedBy(h, t) {
-		return fmt.Sprintf("HTTPRoute %s/%s exists and is not this TenantGateway's: rename one of them", h.Namespace, h.Name)
+	if r.askBool(question{kind: qForeignHTTPRoute, key: nsName{t.Namespace, redirectName(t)}, owner: keyOf(t), uid: t.UID}) {
+		return fmt.Sprintf("HTTPRoute %s/%s exists and is not this TenantGateway's: rename one of them", t.Namespace, redirectName(t))
 	}
 	return ""
 }
@@ -32,22 +34,25 @@ func (r *renderer) nameInUse(t *v1alpha1.TenantGateway) string {
 // so this runs after the build, not with nameInUse.
 func (r *renderer) certificateNameInUse(t *v1alpha1.TenantGateway, b *build) string {
 	for _, want := range b.issuers {
-		if i := r.idx.issuers[keyOf(want)]; i != nil && !ownedBy(i, t) {
-			return fmt.Sprintf("Issuer %s/%s exists and is not this TenantGateway's: rename it, or name it in spec.certificates.issuerRef", i.Namespace, i.Name)
+		if r.askBool(question{kind: qForeignIssuer, key: keyOf(want), owner: keyOf(t), uid: t.UID}) {
+			return fmt.Sprintf("Issuer %s/%s exists and is not this TenantGateway's: rename it, or name it in spec.certificates.issuerRef", want.Namespace, want.Name)
 		}
 	}
 	for _, want := range b.certs {
-		if c := r.idx.certificates[keyOf(want)]; c != nil && !ownedBy(c, t) {
-			return fmt.Sprintf("Certificate %s/%s exists and is not this TenantGateway's: rename one of them", c.Namespace, c.Name)
+		if r.askBool(question{kind: qForeignCertificate, key: keyOf(want), owner: keyOf(t), uid: t.UID}) {
+			return fmt.Sprintf("Certificate %s/%s exists and is not this TenantGateway's: rename one of them", want.Namespace, want.Name)
 		}
 	}
 	return ""
 }
 
 // ownedBy reports whether o's controller is t (by UID when t has one, as in a cluster).
-func ownedBy(o metav1.Object, t *v1alpha1.TenantGateway) bool {
+func ownedBy(o metav1.Object, t *v1alpha1.TenantGateway) bool { return ownedByName(o, t.Name, t.UID) }
+
+// ownedByName reports whether o's controller is TenantGateway name (by uid when not empty).
+func ownedByName(o metav1.Object, name string, uid types.UID) bool {
 	ref := metav1.GetControllerOf(o)
-	return ref != nil && ref.Kind == "TenantGateway" && ref.Name == t.Name && (t.UID == "" || ref.UID == t.UID)
+	return ref != nil && ref.Kind == "TenantGateway" && ref.Name == name && (uid == "" || ref.UID == uid)
 }
 
 // tree is t's namespaces: its own, its children (labelled snigate.dev/gateway=<ns>) and
@@ -62,7 +67,7 @@ type child struct{ namespace, apex string }
 func (r *renderer) tree(t *v1alpha1.TenantGateway) tree {
 	seen := map[string]bool{t.Namespace: true}
 	var tr tree
-	for _, ns := range r.idx.labelled[t.Namespace] {
+	for _, ns := range r.ask(question{kind: qLabelled, key: nsName{namespace: t.Namespace}}).([]*corev1.Namespace) {
 		if ns.Name == t.Namespace {
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -256,6 +257,9 @@ type dbListener struct {
 func (b *build) databases() {
 	t := b.t
 	exps := slices.Clone(b.r.exposures[[2]string{t.Namespace, t.Name}])
+	// Sized once: an Exposure is large, and a TenantGateway may have 10 000.
+	b.exposureStatus = slices.Grow(b.exposureStatus, len(exps))
+	b.tlsRoutes = slices.Grow(b.tlsRoutes, len(exps))
 	slices.SortFunc(exps, func(a, c exposureInput) int {
 		return cmp.Or(a.d.CreationTimestamp.Compare(c.d.CreationTimestamp.Time),
 			strings.Compare(a.d.Namespace, c.d.Namespace), strings.Compare(a.d.Name, c.d.Name))
@@ -405,7 +409,7 @@ func (b *build) databases() {
 	}
 
 	for _, a := range ok {
-		b.exposure(a.in, a.e, a.l, a.hosts, a.members)
+		b.renderExposure(a.in, a.e, a.l, a.hosts, a.members)
 	}
 }
 
@@ -450,7 +454,7 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 	parent := b.parentRef(l.name)
 	if l.protocol == gwv1.TCPProtocolType {
 		key := nsName{d.Namespace, d.Name}
-		b.r.recipes[key] = recipe
+		b.r.setRecipe(key, recipe)
 		prev := b.r.previousRoute(key, recipe)
 		x.route = "TCPRoute"
 		b.exposureAccess(d, m, "TCPRoute")
@@ -485,11 +489,7 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 	}
 	x.Target = &ProbeTarget{Route: d.Name, Engine: d.Spec.Engine, Service: d.Spec.BackendRef.Name, ServicePort: d.Spec.BackendRef.Port, Hostnames: hosts, TrustAnchor: anchor}
 	if ref := d.Spec.CertificateRef; ref != nil {
-		for _, c := range b.r.opts.Certificates {
-			if c.Namespace == d.Namespace && c.Name == ref.Name {
-				x.Target.CertificateSecret = c.Spec.SecretName
-			}
-		}
+		x.Target.CertificateSecret = b.r.askString(question{kind: qCertificateSecret, key: nsName{d.Namespace, ref.Name}})
 	}
 	of := fmt.Sprintf("Gateway %s/%s", b.t.Namespace, b.t.Name)
 	if ref := b.t.Spec.ParentGatewayRef; ref != nil {
@@ -508,7 +508,7 @@ func (b *build) exposure(in exposureInput, e engine.Engine, l *dbListener, hosts
 // when it was built from the same recipe.
 func (b *build) tlsRoute(m metav1.ObjectMeta, recipe routeRecipe, parent gwv1.ParentReference, hosts []string, backend v1alpha1.DatabaseBackendRef) {
 	key := nsName{m.Namespace, m.Name}
-	b.r.recipes[key] = recipe
+	b.r.setRecipe(key, recipe)
 	if prev := b.r.previousRoute(key, recipe); prev.tls != nil {
 		b.tlsRoutes = append(b.tlsRoutes, prev.tls)
 		return
@@ -533,7 +533,8 @@ func backendRefs(ref v1alpha1.DatabaseBackendRef) []gwv1.BackendRef {
 
 // probeCondition sets CertificateVerified from the latest probe of the exposure.
 func (r *renderer) probeCondition(x *Exposure, d *v1alpha1.DatabaseExposure) {
-	p, probed := r.opts.Probes[[2]string{x.Namespace, x.Name}]
+	pa := r.probe(x.Namespace, x.Name)
+	p, probed := pa.probe, pa.probed
 	if !probed {
 		r.exposureCondition(x, d, v1alpha1.ConditionCertificateVerified, false, v1alpha1.ReasonProbePending, "the backend's certificate has not been probed yet")
 		return
@@ -545,34 +546,33 @@ func (r *renderer) probeCondition(x *Exposure, d *v1alpha1.DatabaseExposure) {
 // routeNameInUse names a route at the name the exposure's route would take (its own) that
 // the exposure does not own, or "".
 func (r *renderer) routeNameInUse(d *v1alpha1.DatabaseExposure, e engine.Engine) string {
-	mine := func(o metav1.Object) bool {
-		ref := metav1.GetControllerOf(o)
-		if ref != nil {
-			return ref.Kind == "DatabaseExposure" && ref.Name == d.Name && (d.UID == "" || ref.UID == d.UID)
-		}
-		return false
-	}
-	kind, key := "TLSRoute", keyOf(d)
+	return r.askString(question{kind: qRouteInUse, owner: keyOf(d), uid: d.UID, flag: e.SNIRouted()})
+}
+
+// routeNameInUseOf is routeNameInUse for exposure d with UID uid (sni: its engine is routed
+// by SNI, so its route is a TLSRoute).
+func (r *renderer) routeNameInUseOf(d nsName, uid types.UID, sni bool) string {
+	kind := "TLSRoute"
 	var o metav1.Object
-	if e.SNIRouted() {
-		if tr := r.idx.tlsRoutes[key]; tr != nil {
+	if sni {
+		if tr := r.idx.tlsRoutes[d]; tr != nil {
 			o = tr
 		}
-	} else if tr := r.idx.tcpRoutes[key]; tr != nil {
+	} else if tr := r.idx.tcpRoutes[d]; tr != nil {
 		kind, o = "TCPRoute", tr
 	}
-	if o != nil && !mine(o) {
-		return fmt.Sprintf("%s %s/%s exists and is not this DatabaseExposure's: rename one of them", kind, d.Namespace, d.Name)
+	if o == nil {
+		return ""
 	}
-	return ""
+	if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "DatabaseExposure" && ref.Name == d.name && (uid == "" || ref.UID == uid) {
+		return ""
+	}
+	return fmt.Sprintf("%s %s/%s exists and is not this DatabaseExposure's: rename one of them", kind, d.namespace, d.name)
 }
 
 // anchorRelease is the release (the published Secret's name stem) of TrustAnchor name.
 func (r *renderer) anchorRelease(ns, name string) string {
-	if a := r.idx.anchors[nsName{ns, name}]; a != nil && a.Spec.Release != "" {
-		return a.Spec.Release
-	}
-	return name
+	return r.askString(question{kind: qAnchorRelease, key: nsName{ns, name}})
 }
 
 // completeExposures fills in Programmed (the route accepted on its listener, the listener
@@ -648,6 +648,9 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // addCertificateNames gathers hostnames that cert-manager Certificates must carry.
 func (r *renderer) addCertificateNames(more []CertificateNames) {
+	if r.rec != nil {
+		r.rec.certNames = append(r.rec.certNames, more...)
+	}
 	for _, m := range more {
 		k := nsName{m.Namespace, m.Name}
 		r.certNames[k] = append(r.certNames[k], m.Hostnames...)

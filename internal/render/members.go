@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -123,14 +124,19 @@ func refuseMembers(d *v1alpha1.DatabaseExposure, reason, msg string) []memberPla
 // DatabaseExposure of that name (its route is its name), or a TLSRoute the exposure does
 // not control.
 func (r *renderer) memberRouteInUse(d *v1alpha1.DatabaseExposure, name string) string {
-	key := nsName{d.Namespace, name}
+	return r.askString(question{kind: qMemberRouteInUse, key: nsName{d.Namespace, name}, owner: keyOf(d), uid: d.UID})
+}
+
+// memberRouteInUseOf is memberRouteInUse for exposure d with UID uid.
+func (r *renderer) memberRouteInUseOf(d nsName, uid types.UID, name string) string {
+	key := nsName{d.namespace, name}
 	if r.idx.exposures[key] != nil {
-		return fmt.Sprintf("route name %s is DatabaseExposure %s/%s's (an exposure's route has its name): rename the member", name, d.Namespace, name)
+		return fmt.Sprintf("route name %s is DatabaseExposure %s/%s's (an exposure's route has its name): rename the member", name, d.namespace, name)
 	}
 	if tr := r.idx.tlsRoutes[key]; tr != nil {
 		ref := metav1.GetControllerOf(tr)
-		if ref == nil || ref.Kind != "DatabaseExposure" || ref.Name != d.Name || (d.UID != "" && ref.UID != d.UID) {
-			return fmt.Sprintf("TLSRoute %s/%s exists and is not this DatabaseExposure's: rename one of them", d.Namespace, name)
+		if ref == nil || ref.Kind != "DatabaseExposure" || ref.Name != d.name || (uid != "" && ref.UID != uid) {
+			return fmt.Sprintf("TLSRoute %s/%s exists and is not this DatabaseExposure's: rename one of them", d.namespace, name)
 		}
 	}
 	return ""
@@ -138,12 +144,17 @@ func (r *renderer) memberRouteInUse(d *v1alpha1.DatabaseExposure, name string) s
 
 // backendMissing says why Service ref of namespace ns cannot be sent to, or "".
 func (r *renderer) backendMissing(ns string, ref v1alpha1.DatabaseBackendRef) string {
-	s := r.idx.services[nsName{ns, ref.Name}]
+	return r.askString(question{kind: qBackendMissing, key: nsName{ns, ref.Name}, port: ref.Port})
+}
+
+// backendMissingOf is backendMissing for Service key and port.
+func (r *renderer) backendMissingOf(key nsName, port int32) string {
+	s := r.idx.services[key]
 	if s == nil {
-		return fmt.Sprintf("Service %s/%s not found: the member's route is published and serves once it exists", ns, ref.Name)
+		return fmt.Sprintf("Service %s/%s not found: the member's route is published and serves once it exists", key.namespace, key.name)
 	}
-	if translate.ServicePort(s, ref.Port) == nil {
-		return fmt.Sprintf("Service %s/%s has no TCP port %d: the member's route is published and serves once it has", ns, ref.Name, ref.Port)
+	if translate.ServicePort(s, port) == nil {
+		return fmt.Sprintf("Service %s/%s has no TCP port %d: the member's route is published and serves once it has", key.namespace, key.name, port)
 	}
 	return ""
 }
@@ -174,8 +185,8 @@ func (b *build) members(in exposureInput, e engine.Engine, l *dbListener, plans 
 			}
 			x.MemberTargets = append(x.MemberTargets, &ProbeTarget{Route: p.route, Engine: d.Spec.Engine, Service: p.m.BackendRef.Name,
 				ServicePort: p.m.BackendRef.Port, Hostnames: p.hosts, TrustAnchor: anchor, CertificateSecret: x.Target.CertificateSecret})
-			if pr, probed := b.r.opts.Probes[[2]string{d.Namespace, p.route}]; probed {
-				ms.Certificate, ms.Endpoints = pr.Reason, pr.Endpoints
+			if pa := b.r.probe(d.Namespace, p.route); pa.probed {
+				ms.Certificate, ms.Endpoints = pa.probe.Reason, pa.probe.Endpoints
 			} else {
 				ms.Certificate = v1alpha1.ReasonProbePending
 			}
@@ -246,8 +257,8 @@ func (r *renderer) memberVerdicts(x *Exposure, d *v1alpha1.DatabaseExposure) {
 				reason = ms.Certificate
 			}
 			msg := ""
-			if p, ok := r.opts.Probes[[2]string{x.Namespace, ms.Route}]; ok {
-				msg = ": " + p.Message
+			if pa := r.probe(x.Namespace, ms.Route); pa.probed {
+				msg = ": " + pa.probe.Message
 			}
 			bad = append(bad, fmt.Sprintf("member %s (%s)%s", ms.Name, ms.Certificate, msg))
 		}

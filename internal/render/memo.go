@@ -18,6 +18,11 @@ import (
 type memo struct {
 	inputs map[*v1alpha1.DatabaseExposure]checked
 	routes map[nsName]routeMemo
+	// tenants are the TenantGateways' memos (tenantmemo.go), valid with opts.
+	tenants map[nsName]*tenantMemo
+	opts    renderOpts
+	// exposures are the accepted exposures' memos (exposurememo.go).
+	exposures map[nsName]*exposureMemo
 }
 
 // checked is an exposure defaulted and validated.
@@ -49,7 +54,7 @@ type routeMemo struct {
 }
 
 func newMemo() *memo {
-	return &memo{inputs: map[*v1alpha1.DatabaseExposure]checked{}, routes: map[nsName]routeMemo{}}
+	return &memo{inputs: map[*v1alpha1.DatabaseExposure]checked{}, routes: map[nsName]routeMemo{}, tenants: map[nsName]*tenantMemo{}, exposures: map[nsName]*exposureMemo{}}
 }
 
 // check defaults and validates src, or takes what the previous render found.
@@ -70,6 +75,14 @@ func (r *renderer) previousRoute(key nsName, recipe routeRecipe) routeMemo {
 		return m
 	}
 	return routeMemo{}
+}
+
+// setRecipe records the recipe of the route at key.
+func (r *renderer) setRecipe(key nsName, recipe routeRecipe) {
+	r.recipes[key] = recipe
+	if r.rec != nil {
+		r.rec.recipes = append(r.rec.recipes, keyedRecipe{key, recipe})
+	}
 }
 
 // keepRoute records the route built from recipe for the next render.

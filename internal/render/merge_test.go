@@ -9,12 +9,13 @@ import (
 
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/resources"
+	"github.com/snigate/snigate/internal/testutil/platform"
 )
 
 // What Merge gives translate in a cluster, which holds the controller's applied copies of
 // earlier renders besides the objects users wrote.
 func TestMergeWithAppliedCopies(t *testing.T) {
-	res := platform(2, 2, true) // holds the routes of a first render, as applied
+	res := applied(platform.Build(2, 2, true)) // holds the routes of a first render, as applied
 	out := Render(res, Options{Now: now})
 	names := func(m *resources.Resources) []string {
 		var s []string

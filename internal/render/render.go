@@ -110,7 +110,9 @@ type Options struct {
 	// default "cert-manager".
 	CertManagerNamespace string
 	// Previous is the last result; its objects for a TenantGateway are rendered again when
-	// the TenantGateway's new input cannot be (see the package doc). Render never writes it,
+	// the TenantGateway's new input cannot be (see the package doc). It also carries the
+	// memos that spare a render the work of what did not change: per TenantGateway and per
+	// exposure, checked against what they read (tenantmemo.go, exposurememo.go, reads.go). Render never writes it,
 	// and the result shares no status with it: the serving state that holds it may be read
 	// while the next result is built and completed.
 	Previous *Result
@@ -182,8 +184,10 @@ func Render(in *resources.Resources, opts Options) *Result {
 	if opts.NoCertManagerReason == "" {
 		opts.NoCertManagerReason = v1alpha1.ReasonCertificatesNeedCluster
 	}
-	r := &renderer{in: in, opts: opts, out: &Result{memo: newMemo()}, idx: newIndex(in, opts), certNames: map[nsName][]string{},
-		recipes: map[nsName]routeRecipe{}}
+	r := &renderer{in: in, opts: opts, idx: newIndex(in, opts), certNames: map[nsName][]string{},
+		recipes: make(map[nsName]routeRecipe, len(in.DatabaseExposures))}
+	// Sized once: an Exposure is large, and there may be 10 000.
+	r.out = &Result{memo: newMemo(), Exposures: make([]Exposure, 0, len(in.DatabaseExposures)), TLSRoutes: make([]*gwv1.TLSRoute, 0, len(in.DatabaseExposures))}
 	if opts.Previous != nil && opts.Previous.memo != nil {
 		r.prev = opts.Previous.memo
 	} else {
@@ -247,6 +251,7 @@ func Render(in *resources.Resources, opts Options) *Result {
 	r.out.AccessPolicies = reuse(r.out.AccessPolicies, p.AccessPolicies)
 	r.out.Issuers = reuse(r.out.Issuers, p.Issuers)
 	r.out.Certificates = reuse(r.out.Certificates, p.Certificates)
+	r.keepTenants()
 	for _, tr := range r.out.TLSRoutes {
 		if rc, ok := r.recipes[keyOf(tr)]; ok && rc.protocol == gwv1.TLSProtocolType {
 			r.keepRoute(keyOf(tr), routeMemo{recipe: rc, tls: tr})
@@ -286,10 +291,16 @@ type renderer struct {
 	// exposures are the accepted-so-far DatabaseExposures of each TenantGateway
 	// (namespace, name), defaulted.
 	exposures map[[2]string][]exposureInput
+	// rec records what the TenantGateway being rendered reads (nil between them); fresh are
+	// the tenants rendered anew (tenantmemo.go).
+	rec   *recording
+	fresh []fresh
+	// freshExposures are the exposures rendered anew (exposurememo.go).
+	freshExposures []*exposureMemo
 }
 
-// tenant renders one TenantGateway, or its previous objects when it cannot.
-func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
+// renderTenant renders one TenantGateway, or its previous objects when it cannot.
+func (r *renderer) renderTenant(src *v1alpha1.TenantGateway) {
 	t := src.DeepCopy() // defaults are applied to a copy: inputs are never changed
 	t.Default()
 	st := &Tenant{Namespace: t.Namespace, Name: t.Name, held: map[string]string{}, stored: src.Status.Conditions}
@@ -525,24 +536,24 @@ func (r *renderer) previous(t *v1alpha1.TenantGateway, st *Tenant) {
 	}
 }
 
-// secretExists reports whether Secret ns/name is in the input.
-func (r *renderer) secretExists(ns, name string) bool {
-	return r.idx.secrets[nsName{ns, name}] != nil
-}
-
 // wildcardSecret returns the existingSecret mode's Secret, or why it cannot serve.
 func (r *renderer) wildcardSecret(t *v1alpha1.TenantGateway) (secret *corev1.Secret, reason, msg string) {
 	c := t.Spec.Certificates
 	if c.Mode != v1alpha1.CertificatesExistingSecret {
 		return nil, "", ""
 	}
-	name, ns := c.WildcardSecretRef.Name, wildcardNamespace(t)
-	if ns != t.Namespace && !translate.Granted(r.in.ReferenceGrants, "Gateway", t.Namespace, "Secret", ns, name) {
+	w := r.ask(question{kind: qWildcardSecret, key: nsName{wildcardNamespace(t), c.WildcardSecretRef.Name}, owner: nsName{namespace: t.Namespace}}).(wildcard)
+	return w.secret, w.reason, w.msg
+}
+
+// wildcardSecretOf is wildcardSecret for Secret ns/name of a TenantGateway in namespace tns.
+func (r *renderer) wildcardSecretOf(tns, ns, name string) (secret *corev1.Secret, reason, msg string) {
+	if ns != tns && !r.granted(tns, ns, name) {
 		// Checked before the Secret is looked at: without the grant nothing of it is used,
 		// not even the last good copy.
 		return nil, v1alpha1.ReasonRefNotPermitted, fmt.Sprintf(
 			"spec.certificates.wildcardSecretRef: Secret %s/%s is in another namespace and no ReferenceGrant in %s allows Gateways from %s to reference it: the HTTPS listeners serve nothing",
-			ns, name, ns, t.Namespace)
+			ns, name, ns, tns)
 	}
 	if s := r.idx.secrets[nsName{ns, name}]; s != nil {
 		if s.Type != corev1.SecretTypeTLS || len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {

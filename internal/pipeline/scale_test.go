@@ -1,0 +1,59 @@
+package pipeline
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/snigate/snigate/internal/render"
+	"github.com/snigate/snigate/internal/snapshot"
+	"github.com/snigate/snigate/internal/testutil/platform"
+	"github.com/snigate/snigate/internal/translate"
+)
+
+var benchNow = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+
+func now() metav1.Time { return benchNow }
+
+// BenchmarkRunChange is what one change costs a cluster's controller in the pipeline: one
+// more exposure on the first tenant, rendered, translated, completed and applied, with
+// every earlier run's memos (bench/cpscale's shapes, in memory).
+func BenchmarkRunChange(b *testing.B) {
+	for _, c := range []struct {
+		name         string
+		tenants, per int
+		shared       bool
+	}{
+		{"shared/1000x10", 1000, 10, true},
+		{"one/1x10000", 1, 10000, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			res := platform.Build(c.tenants, c.per, c.shared)
+			first := render.Render(res, render.Options{Now: now})
+			res.ListenerSets = append(res.ListenerSets, first.ListenerSets...)
+			res.TLSRoutes = append(res.TLSRoutes, first.TLSRoutes...)
+			r, err := New(Config{Render: true, Cluster: true, RenderOptions: render.Options{CertManager: true}, Translate: translate.Options{Now: now},
+				Apply: func(*snapshot.Snapshot) error { return nil }, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := r.Run(res); err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				more := *res
+				more.DatabaseExposures = append(res.DatabaseExposures[:len(res.DatabaseExposures):len(res.DatabaseExposures)],
+					platform.Exposure("t-0000", fmt.Sprintf("new-%d", i)))
+				res = &more
+				i++
+				if err := r.Run(res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
