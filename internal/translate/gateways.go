@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -318,7 +317,7 @@ func (t *translator) listener(gw *gateway, set *listenerSet, spec *gwv1.Listener
 		l.from = *ar.Namespaces.From
 	}
 	if l.from == gwv1.NamespacesFromSelector {
-		sel, err := metav1.LabelSelectorAsSelector(spec.AllowedRoutes.Namespaces.Selector)
+		sel, err := t.selector(spec.AllowedRoutes.Namespaces.Selector)
 		if err != nil {
 			l.rejectReason = gwv1.ListenerReasonUnsupportedValue
 			l.rejectMsg = fmt.Sprintf("allowedRoutes.namespaces.selector: %v", err)

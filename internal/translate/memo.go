@@ -4,6 +4,9 @@ import (
 	"maps"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 )
@@ -35,6 +38,29 @@ type Memo struct {
 	order     []*route           // the previous call's routeList
 	listeners map[listenerKey]*memoListener
 	status    *Status // the previous call's
+	// selectors are the previous call's listeners' allowedRoutes selectors, parsed: a
+	// thousand tenants' ListenerSets carry a thousand, the same objects from one call to
+	// the next, and parsing them all again cost a translation 10 ms.
+	selectors map[*metav1.LabelSelector]parsedSelector
+}
+
+// parsedSelector is a label selector as metav1.LabelSelectorAsSelector made it.
+type parsedSelector struct {
+	sel labels.Selector
+	err error
+}
+
+// selector is metav1.LabelSelectorAsSelector(ls), taken from the previous call when ls is
+// the same object.
+func (t *translator) selector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	p, ok := t.selectorsPrev[ls]
+	if !ok {
+		p.sel, p.err = metav1.LabelSelectorAsSelector(ls)
+	}
+	if t.selectorsNext != nil {
+		t.selectorsNext[ls] = p
+	}
+	return p.sel, p.err
 }
 
 // listenerKey names a listener across calls: its Gateway and its index in the Gateway.
@@ -181,5 +207,6 @@ func (t *translator) saveMemo(status *Status) {
 	m.routes = t.memoNext
 	m.order = t.routeList
 	m.listeners = t.listenersNext
+	m.selectors = t.selectorsNext
 	m.status = status
 }

@@ -239,6 +239,8 @@ type translator struct {
 	memoCtx  memoContext
 	nReused  int
 	memoNext map[any]*memoRoute
+	// selectors are the listeners' allowedRoutes selectors parsed, by object (memo.go).
+	selectorsPrev, selectorsNext map[*metav1.LabelSelector]parsedSelector
 	// fresh are this call's routes not taken from the memo, in precedence order; removed
 	// are the previous call's routes that are gone (only with memoOK).
 	fresh         []*route
@@ -273,6 +275,7 @@ func newTranslator(in *resources.Resources, opts Options, defaultAddr netip.Addr
 			t.memoNext = make(map[any]*memoRoute, len(in.TLSRoutes)+len(in.TCPRoutes)+len(in.HTTPRoutes))
 		}
 		t.listenersNext = map[listenerKey]*memoListener{}
+		t.selectorsPrev, t.selectorsNext = m.selectors, map[*metav1.LabelSelector]parsedSelector{}
 	}
 	for _, c := range in.GatewayClasses {
 		t.classes[c.Name] = c
