@@ -108,6 +108,7 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 	r.rec = nil
 	st := &r.out.Tenants[len(r.out.Tenants)-1]
 	if !st.Rendered {
+		r.forget(rec)
 		return
 	}
 	until := r.marks()
@@ -122,6 +123,22 @@ func (r *renderer) tenant(src *v1alpha1.TenantGateway) {
 		}
 	}
 	r.fresh = append(r.fresh, fresh{m, from, until})
+}
+
+// forget drops what a TenantGateway that renders its previous objects again built before
+// it gave up (its listeners were counted after its exposures were rendered): the routes it
+// now serves are the previous ones, which the route memo must not take for those of the
+// new recipes, and the exposure memos describe routes that were not handed out.
+func (r *renderer) forget(rec *recording) {
+	for _, kr := range rec.recipes {
+		delete(r.recipes, kr.key)
+	}
+	for _, p := range rec.exposures {
+		for _, kr := range p.m.recipes {
+			delete(r.recipes, kr.key)
+		}
+		delete(r.out.memo.exposures, keyOf(p.m.key.src))
+	}
 }
 
 // tenantHolds reports whether every answer m's render got, its own and its exposures',

@@ -18,6 +18,7 @@ import (
 	"github.com/snigate/snigate/internal/engine"
 	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/source/file"
+	"github.com/snigate/snigate/internal/testutil/platform"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -279,4 +280,57 @@ var cmpOptions = []cmp.Option{
 	cmp.Exporter(func(reflect.Type) bool { return true }),
 	cmp.Comparer(func(a, b metav1.Time) bool { return a.Equal(&b) }),
 	cmp.Comparer(func(a, b engine.Engine) bool { return a.Name == b.Name }), // its functions compare by name
+}
+
+// TestKeptPreviousForgetsItsRecipes: a TenantGateway that renders its previous objects again
+// after its exposures were rendered (its wildcard Secret went missing) serves their previous
+// routes; once it renders again, a route whose exposure changed meanwhile is the new one,
+// not the previous route the memos kept under the new recipe.
+func TestKeptPreviousForgetsItsRecipes(t *testing.T) {
+	res := platform.Build(1, 2, false)
+	tg := res.TenantGateways[0].DeepCopy()
+	tg.Spec.Certificates = v1alpha1.Certificates{Mode: v1alpha1.CertificatesExistingSecret, WildcardSecretRef: &v1alpha1.SecretRef{Name: "wildcard"}}
+	res.TenantGateways[0] = tg
+	wildcard := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tg.Namespace, Name: "wildcard"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: []byte("c"), corev1.TLSPrivateKeyKey: []byte("k")}}
+	res.Secrets = append(res.Secrets, wildcard)
+	first := Render(res, Options{Now: now})
+	port := func(out *Result, name string) int32 {
+		for _, tr := range out.TLSRoutes {
+			if tr.Name == name {
+				return int32(*tr.Spec.Rules[0].BackendRefs[0].Port)
+			}
+		}
+		t.Fatalf("no route %s", name)
+		return 0
+	}
+	if p := port(first, "db-0"); p != 6379 {
+		t.Fatalf("first render: db-0's backend port %d, want 6379", p)
+	}
+
+	// db-0 moves to port 6380 while the Secret is gone: the previous route stays.
+	moved := *res
+	moved.DatabaseExposures = slices.Clone(res.DatabaseExposures)
+	d := moved.DatabaseExposures[0].DeepCopy()
+	d.Spec.BackendRef.Port = 6380
+	moved.DatabaseExposures[0] = d
+	moved.Secrets = slices.DeleteFunc(slices.Clone(res.Secrets), func(s *corev1.Secret) bool { return s == wildcard })
+	kept := Render(&moved, Options{Now: now, Previous: first})
+	if kept.Tenants[0].Rendered {
+		t.Fatal("the TenantGateway without its wildcard Secret rendered anew")
+	}
+	if p := port(kept, "db-0"); p != 6379 {
+		t.Fatalf("kept: db-0's backend port %d, want the previous route's 6379", p)
+	}
+
+	// The Secret is back: db-0's route is built for port 6380.
+	back := moved
+	back.Secrets = res.Secrets
+	again := Render(&back, Options{Now: now, Previous: kept})
+	if !again.Tenants[0].Rendered {
+		t.Fatal("the TenantGateway with its Secret back rendered nothing new")
+	}
+	if p := port(again, "db-0"); p != 6380 {
+		t.Fatalf("rendered again: db-0's backend port %d, want 6380 (a previous route was taken for the new recipe)", p)
+	}
 }
