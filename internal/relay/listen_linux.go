@@ -105,6 +105,38 @@ func (l *loop) dropListener(ln *Listener) {
 		// ENOENT when Listen's registration failed on this loop: nothing to take out.
 		l.ctl(unix.EPOLL_CTL_DEL, ln.fd, &unix.EpollEvent{Fd: listenData(ln.id)})
 	}
+	if st != nil {
+		l.sweep(ln)
+	}
+}
+
+// sweepMax bounds the connections one loop takes off a listener it drops: more than the
+// wake-ups it can have swallowed (one per wait), few enough that a flood of new
+// connections cannot keep the loop here.
+const sweepMax = 64
+
+// sweep accepts the connections waiting on ln, which this loop has just taken out of its
+// set, and adopts them as accept does. Why: a listener's wake-ups are exclusive
+// (EPOLLEXCLUSIVE), so the connection that woke this loop as Close began (the loop then
+// skips the closed listener) woke no other waiter: no other loop of this relay and, in a
+// live upgrade, none of the new process's, whose loops wait on the same socket behind the
+// old ones. Left in the queue, it would wait until the next connection woke someone: a
+// lone client's handshake timed out during an upgrade (e2e TestUpgradeEstablished). Once
+// the loop is out of the socket's wait queue, later connections wake the others.
+func (l *loop) sweep(ln *Listener) {
+	for range sweepMax {
+		fd, peer, err := accept4(ln.fd)
+		switch err {
+		case nil:
+		case unix.EINTR, unix.ECONNABORTED, unix.EPROTO:
+			continue
+		default:
+			return // EAGAIN: none waits; anything else is for whoever still listens
+		}
+		if rt, tag, deadline, ok := ln.acc.Accepted(fd, peer); ok {
+			l.adoptFD(fd, deadline, rt, tag)
+		}
+	}
 }
 
 // accept takes one connection waiting on a listener and adopts it.

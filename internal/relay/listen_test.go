@@ -472,3 +472,57 @@ func TestListenerTakesBacklog(t *testing.T) {
 		t.Fatalf("%d connections accepted, want %d", got, n)
 	}
 }
+
+// A connection that arrives as a listener is being closed is accepted, by the closing
+// relay or by another on the same socket, never left in the queue. The case is a live
+// upgrade's: the old process's loops and the new one's wait on one listening socket, with
+// EPOLLEXCLUSIVE, so a connection wakes one loop only; when that is an old loop that has
+// stopped accepting, no loop of the new process hears of it, and a lone client waits until
+// the next connection wakes someone (e2e TestUpgradeEstablished: one handshake timed out).
+// The old relay's loops registered first and idle, so they are the ones woken.
+func TestClosingListenerStrandsNoConnection(t *testing.T) {
+	for round := range 3 {
+		old, next := newRelay(t, 1), newRelay(t, 1)
+		fd, laddr := listenerSocket(t)
+		dup, err := rawDup(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := func() *testRouter {
+			rt := newTestRouter(func([]byte) Verdict { return Verdict{Action: Release} })
+			rt.released = make(chan released, 10)
+			return rt
+		}
+		a, b := &countingAcceptor{rt: release()}, &countingAcceptor{rt: release()}
+		lnOld, err := old.Listen(fd, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lnNext, err := next.Listen(dup, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // both loops asleep in their waits
+		// Close has begun: the old loop no longer accepts, and has not yet dropped the
+		// listener from its set.
+		lnOld.closed.Store(true)
+		c, err := net.Dial("tcp", laddr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("x"))
+		time.Sleep(100 * time.Millisecond)
+		if err := lnOld.Close(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for a.accepted.Load()+b.accepted.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := a.accepted.Load() + b.accepted.Load(); n != 1 {
+			t.Fatalf("round %d: the connection was accepted %d times within 3 s of the close, want once", round, n)
+		}
+		c.Close()
+		lnNext.Close()
+	}
+}
