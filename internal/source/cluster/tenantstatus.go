@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strings"
 	"sync"
 
@@ -27,10 +26,12 @@ import (
 //
 // A pass writes the status of an object only where it changed, compared with what this
 // applier last wrote to that very object (its UID), or, the first time, with the cached
-// object. Each write is one request (a JSON patch of the whole status, guarded by the UID),
-// and the writes of a pass go out concurrentWrites at a time: at 10 000 exposures a change that
-// touches many statuses (a TrustAnchor's CA rotated) must not take a round trip per object in
-// a row, and the next pass, the one that applies a new exposure's route, waits for it.
+// object. The comparisons run in the pass itself, one after another (at 10 000 exposures a
+// goroutine each cost more than the comparison: its stack grew for reflect's recursion);
+// only the writes go out, concurrentWrites at a time, each one request (a JSON patch of the
+// whole status, guarded by the UID): a change that touches many statuses (a TrustAnchor's
+// CA rotated) must not take a round trip per object in a row, and the next pass, the one
+// that applies a new exposure's route, waits for it.
 const concurrentWrites = 16
 
 // writeStatus writes each TenantGateway's and DatabaseExposure's status where it changed.
@@ -38,21 +39,21 @@ func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resource
 	w := newBatch()
 	tenants := byKey(res.TenantGateways)
 	for _, t := range out.Tenants {
-		w.write(func() error {
-			_, err := updateStatus(ctx, a, "TenantGateway", tenants[types.NamespacedName{Namespace: t.Namespace, Name: t.Name}],
-				func(o *v1alpha1.TenantGateway) *v1alpha1.TenantGatewayStatus { return &o.Status },
-				func(s *v1alpha1.TenantGatewayStatus) *[]metav1.Condition { return &s.Conditions }, t.Status)
-			return err
-		})
+		obj := tenants[types.NamespacedName{Namespace: t.Namespace, Name: t.Name}]
+		if want, ok := changedStatus(a, "TenantGateway", obj,
+			func(o *v1alpha1.TenantGateway) *v1alpha1.TenantGatewayStatus { return &o.Status },
+			func(s *v1alpha1.TenantGatewayStatus) *[]metav1.Condition { return &s.Conditions }, equalTenantStatus, t.Status); ok {
+			w.write(func() error { _, err := patchStatus(ctx, a, "TenantGateway", obj, want); return err })
+		}
 	}
 	exposures := byKey(res.DatabaseExposures)
 	for _, x := range out.Exposures {
-		w.write(func() error {
-			_, err := updateStatus(ctx, a, "DatabaseExposure", exposures[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}],
-				func(o *v1alpha1.DatabaseExposure) *v1alpha1.DatabaseExposureStatus { return &o.Status },
-				func(s *v1alpha1.DatabaseExposureStatus) *[]metav1.Condition { return &s.Conditions }, x.Status)
-			return err
-		})
+		obj := exposures[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}]
+		if want, ok := changedStatus(a, "DatabaseExposure", obj,
+			func(o *v1alpha1.DatabaseExposure) *v1alpha1.DatabaseExposureStatus { return &o.Status },
+			func(s *v1alpha1.DatabaseExposureStatus) *[]metav1.Condition { return &s.Conditions }, equalExposureStatus, x.Status); ok {
+			w.write(func() error { _, err := patchStatus(ctx, a, "DatabaseExposure", obj, want); return err })
+		}
 	}
 	return w.wait()
 }
@@ -63,11 +64,15 @@ func (a *tenantApplier) writeAnchorStatus(ctx context.Context, res *resources.Re
 	w := newBatch()
 	anchors := byKey(res.TrustAnchors)
 	for _, an := range r.Anchors {
+		obj := anchors[types.NamespacedName{Namespace: an.Namespace, Name: an.Name}]
+		want, ok := changedStatus(a, "TrustAnchor", obj,
+			func(o *v1alpha1.TrustAnchor) *v1alpha1.TrustAnchorStatus { return &o.Status },
+			func(s *v1alpha1.TrustAnchorStatus) *[]metav1.Condition { return &s.Conditions }, equalAnchorStatus, an.Status)
+		if !ok {
+			continue
+		}
 		w.write(func() error {
-			obj := anchors[types.NamespacedName{Namespace: an.Namespace, Name: an.Name}]
-			written, err := updateStatus(ctx, a, "TrustAnchor", obj,
-				func(o *v1alpha1.TrustAnchor) *v1alpha1.TrustAnchorStatus { return &o.Status },
-				func(s *v1alpha1.TrustAnchorStatus) *[]metav1.Condition { return &s.Conditions }, an.Status)
+			written, err := patchStatus(ctx, a, "TrustAnchor", obj, want)
 			if written && a.events != nil {
 				for _, warn := range an.Warnings {
 					a.events.Eventf(obj, nil, corev1.EventTypeWarning, warn.Reason, "Publish", "%s", warn.Message)
@@ -132,21 +137,21 @@ func byKey[T client.Object](objs []T) map[types.NamespacedName]T {
 	return m
 }
 
-// updateStatus writes want as the status (status(obj)) of obj, the cached object, when it
-// changed, and says whether it wrote. A nil obj is gone from the cache: its status has no
-// one to show it to, which is no error; neither is its deletion meanwhile.
+// changedStatus returns want as the status to write to obj, the cached object, and whether
+// it differs from the status last written (status(obj) the first time). A nil obj is gone
+// from the cache: its status has no one to show it to.
 //
 // A condition whose status is the one last written (or, the first time, the cached one)
 // keeps that LastTransitionTime: render stamps conditions against the cached object, which
 // lags behind this applier's own writes, so the same condition could otherwise come out
 // with a new time on each pass and be written again and again. Times are kept to the second,
 // as the API server stores them.
-func updateStatus[T any, PT interface {
+func changedStatus[T any, PT interface {
 	*T
 	client.Object
-}, S any](ctx context.Context, a *tenantApplier, kind string, obj PT, status func(PT) *S, conds func(*S) *[]metav1.Condition, want S) (bool, error) {
+}, S any](a *tenantApplier, kind string, obj PT, status func(PT) *S, conds func(*S) *[]metav1.Condition, equal func(a, b *S) bool, want S) (S, bool) {
 	if obj == nil || obj.GetUID() == "" {
-		return false, nil
+		return want, false
 	}
 	uid := obj.GetUID()
 	var prev S
@@ -157,15 +162,24 @@ func updateStatus[T any, PT interface {
 		prev = *status(obj)
 	}
 	want = keepTransitions(want, conds, prev)
-	// What this applier wrote last is compared exactly (reflect's equality, several times
-	// faster than the semantic one on 10 000 statuses a pass; a false difference would only
-	// cost a write); the cached object's status, decoded from the API server, semantically.
-	if (memo && reflect.DeepEqual(prev, want)) || (!memo && equality.Semantic.DeepEqual(prev, want)) {
+	// What this applier wrote last is compared exactly, field by field (equal: statusequal.go);
+	// the cached object's status, decoded from the API server, semantically.
+	if (memo && equal(&prev, &want)) || (!memo && equality.Semantic.DeepEqual(prev, want)) {
 		if !memo {
 			a.applied.statusDone(kind, uid, want)
 		}
-		return false, nil
+		return want, false
 	}
+	return want, true
+}
+
+// patchStatus writes want as the status of obj and says whether it wrote. Its deletion
+// meanwhile is no error.
+func patchStatus[T any, PT interface {
+	*T
+	client.Object
+}, S any](ctx context.Context, a *tenantApplier, kind string, obj PT, want S) (bool, error) {
+	uid := obj.GetUID()
 	raw, err := json.Marshal([]map[string]any{
 		// The very object the status was made for, not one created again by the same name.
 		{"op": "test", "path": "/metadata/uid", "value": uid},
