@@ -112,10 +112,12 @@ type Runner struct {
 
 	mu         sync.Mutex // serialises Run
 	generation uint64
-	memo       translate.Memo       // the full translation's
-	gwMemo     translate.Memo       // the one-Gateway translation's
-	rendered   *render.Result       // the last applied render
-	anchors    *trustanchor.Result  // the last TrustAnchor projection (standalone: status only)
+	memo       translate.Memo      // the full translation's
+	gwMemo     translate.Memo      // the one-Gateway translation's
+	rendered   *render.Result      // the last applied render
+	anchors    *trustanchor.Result // the last TrustAnchor projection (standalone: status only)
+	// probePools keeps the probe targets' parsed CA bundles from one run to the next (r.mu).
+	probePools render.Pools
 	last       *resources.Resources // the last input Run was given (Refresh runs it again)
 	translated *resources.Resources // what the serving snapshot was translated from
 
@@ -328,7 +330,7 @@ func (r *Runner) run(res *resources.Resources) error {
 	r.generation = opts.Generation
 	r.rendered, r.anchors, r.last, r.translated = rendered, anchors, input, res
 	if r.cfg.Probes != nil && rendered != nil {
-		r.cfg.Probes.Set(render.ProbeTargets(res, rendered, anchors.Bundles()))
+		r.cfg.Probes.Set(render.ProbeTargets(res, rendered, anchors.Bundles(), &r.probePools))
 	}
 	routes := snap.RouteHostnames()
 	r.cfg.Metrics.Generation.Set(float64(r.generation))
@@ -356,7 +358,7 @@ func (r *Runner) statusOnly(input, merged *resources.Resources, rendered *render
 	if rendered != nil {
 		render.Complete(rendered, st.Status, r.cfg.Translate.Now)
 		if r.cfg.Probes != nil {
-			r.cfg.Probes.Set(render.ProbeTargets(merged, rendered, anchors.Bundles()))
+			r.cfg.Probes.Set(render.ProbeTargets(merged, rendered, anchors.Bundles(), &r.probePools))
 		}
 	}
 	r.rendered, r.anchors, r.last = rendered, anchors, input

@@ -392,8 +392,11 @@ func sameTarget(a, b Target) bool {
 }
 
 func samePool(a, b *x509.CertPool) bool {
+	if a == b {
+		return true // the pool kept from the last targets (render.Pools)
+	}
 	if a == nil || b == nil {
-		return a == b
+		return false
 	}
 	return a.Equal(b)
 }

@@ -87,7 +87,7 @@ func TestMemberRemoved(t *testing.T) {
 	if len(first.TLSRoutes) != 11 || len(first.AccessPolicies) != 4 {
 		t.Fatalf("first render: %d routes, %d policies", len(first.TLSRoutes), len(first.AccessPolicies))
 	}
-	if targets := ProbeTargets(res, first, nil); len(targets) != 11 {
+	if targets := ProbeTargets(res, first, nil, nil); len(targets) != 11 {
 		t.Errorf("%d probe targets, want one per route (11)", len(targets))
 	}
 
@@ -128,7 +128,7 @@ func TestMemberRemoved(t *testing.T) {
 			t.Errorf("route %s was rebuilt", n)
 		}
 	}
-	if targets := ProbeTargets(&next, second, nil); len(targets) != 10 {
+	if targets := ProbeTargets(&next, second, nil, nil); len(targets) != 10 {
 		t.Errorf("%d probe targets after the removal, want 10", len(targets))
 	}
 }

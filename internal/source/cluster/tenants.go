@@ -72,6 +72,8 @@ type tenantApplier struct {
 	// probes probes the DatabaseExposures' backend certificates (leader only, like the
 	// applier); a changed verdict makes the applier render again.
 	probes *probe.Runner
+	// probePools keeps the probe targets' parsed CA bundles from one pass to the next.
+	probePools render.Pools
 	// events records the TrustAnchors' warnings (a name held by someone else) as Warning
 	// events on them; nil records nothing.
 	events events.EventRecorder
@@ -195,7 +197,7 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	if len(errs) == 0 {
 		a.anchors = anchors
 	}
-	a.probes.Set(render.ProbeTargets(in.res, out, anchors.Bundles()))
+	a.probes.Set(render.ProbeTargets(in.res, out, anchors.Bundles(), &a.probePools))
 	return errors.Join(errs...)
 }
 
