@@ -22,16 +22,9 @@ func now() metav1.Time { return benchNow }
 // more exposure on the first tenant, rendered, translated, completed and applied, with
 // every earlier run's memos (bench/cpscale's shapes, in memory).
 func BenchmarkRunChange(b *testing.B) {
-	for _, c := range []struct {
-		name         string
-		tenants, per int
-		shared       bool
-	}{
-		{"shared/1000x10", 1000, 10, true},
-		{"one/1x10000", 1, 10000, false},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			res := platform.Build(c.tenants, c.per, c.shared)
+	for _, c := range platform.Shapes {
+		b.Run(c.Name, func(b *testing.B) {
+			res := platform.Build(c.Tenants, c.Per, c.Shared)
 			first := render.Render(res, render.Options{Now: now})
 			res.ListenerSets = append(res.ListenerSets, first.ListenerSets...)
 			res.TLSRoutes = append(res.TLSRoutes, first.TLSRoutes...)

@@ -24,17 +24,9 @@ func applied(res *resources.Resources) *resources.Resources {
 // pointers and whose unchanged TenantGateways and exposures come from its memo. Each
 // iteration adds another exposure to the first tenant, on top of the last render.
 func BenchmarkRender(b *testing.B) {
-	for _, c := range []struct {
-		name         string
-		tenants, per int
-		shared       bool
-	}{
-		{"shared/100x10", 100, 10, true},
-		{"shared/1000x10", 1000, 10, true},
-		{"one/1x10000", 1, 10000, false},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			res := applied(platform.Build(c.tenants, c.per, c.shared))
+	for _, c := range platform.Shapes {
+		b.Run(c.Name, func(b *testing.B) {
+			res := applied(platform.Build(c.Tenants, c.Per, c.Shared))
 			prev := Render(res, Options{Now: now})
 			i := 0
 			for b.Loop() {
@@ -44,8 +36,8 @@ func BenchmarkRender(b *testing.B) {
 				res = &more
 				i++
 				prev = Render(res, Options{Now: now, Previous: prev})
-				if len(prev.TLSRoutes) != c.tenants*c.per+i {
-					b.Fatalf("%d routes rendered, want %d", len(prev.TLSRoutes), c.tenants*c.per+i)
+				if len(prev.TLSRoutes) != c.Tenants*c.Per+i {
+					b.Fatalf("%d routes rendered, want %d", len(prev.TLSRoutes), c.Tenants*c.Per+i)
 				}
 			}
 		})

@@ -138,23 +138,11 @@ func mutations(res *resources.Resources, base *Result) map[string]func() (*resou
 		return &next, nil
 	}
 	out["an Issuer another owner's"] = func() (*resources.Resources, func(*Options)) {
-		var issuers []*cmv1.Issuer
-		for i, is := range base.Issuers {
-			if is = is.DeepCopy(); i == 0 {
-				is.OwnerReferences = nil
-			}
-			issuers = append(issuers, is)
-		}
+		issuers := firstDisowned(base.Issuers)
 		return res, func(o *Options) { o.Issuers = issuers }
 	}
 	out["a Certificate another owner's"] = func() (*resources.Resources, func(*Options)) {
-		var certs []*cmv1.Certificate
-		for i, c := range base.Certificates {
-			if c = c.DeepCopy(); i == 0 {
-				c.OwnerReferences = nil
-			}
-			certs = append(certs, c)
-		}
+		certs := firstDisowned(base.Certificates)
 		return res, func(o *Options) { o.Certificates = certs }
 	}
 	out["the exposures' Certificates"] = func() (*resources.Resources, func(*Options)) {
@@ -333,4 +321,21 @@ func TestKeptPreviousForgetsItsRecipes(t *testing.T) {
 	if p := port(again, "db-0"); p != 6380 {
 		t.Fatalf("rendered again: db-0's backend port %d, want 6380 (a previous route was taken for the new recipe)", p)
 	}
+}
+
+// firstDisowned is a copy of objs whose first object has no owner: another owner's.
+func firstDisowned[T interface {
+	*E
+	metav1.Object
+	DeepCopy() *E
+}, E any](objs []T) []T {
+	out := make([]T, 0, len(objs))
+	for i, o := range objs {
+		c := T(o.DeepCopy())
+		if i == 0 {
+			c.SetOwnerReferences(nil)
+		}
+		out = append(out, c)
+	}
+	return out
 }

@@ -22,6 +22,22 @@ import (
 	"github.com/snigate/snigate/internal/resources"
 )
 
+// Shape is one of bench/cpscale's steps: Tenants TenantGateways of Per DatabaseExposures,
+// on the shared Gateway or not.
+type Shape struct {
+	Name         string
+	Tenants, Per int
+	Shared       bool
+}
+
+// Shapes are the steps the benchmarks of the stages measure: a hundred and a thousand
+// tenants on the shared Gateway, and one tenant of 10 000 exposures.
+var Shapes = []Shape{
+	{"shared/100x10", 100, 10, true},
+	{"shared/1000x10", 1000, 10, true},
+	{"one/1x10000", 1, 10000, false},
+}
+
 // Build returns tenants TenantGateways (on one shared Gateway, platform/shared, when shared)
 // with per DatabaseExposures each, their namespaces, Services and TrustAnchors, with UIDs
 // as a cluster's objects have.
