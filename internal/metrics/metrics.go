@@ -69,12 +69,14 @@ type Condition struct {
 	True                        bool
 }
 
-// Conditions exports a list of conditions that Set replaces at once, so a scrape sees one
-// configuration's list whole (a GaugeVec reset and refilled could be scraped half full, and
-// would keep the series of objects that are gone until the reset).
+// Conditions exports the conditions a function returns when scraped (From): built at each
+// scrape from the state then current, so a scrape sees one configuration's list whole, and a
+// configuration applied costs nothing here. (Built on every configuration instead, at
+// 10 000 exposures the list was a seventh of all the controller allocated while it
+// converged, for scrapes that come every 15 s or so.)
 type Conditions struct {
-	desc *prometheus.Desc
-	list atomic.Pointer[[]Condition]
+	desc   *prometheus.Desc
+	source atomic.Pointer[func() []Condition]
 }
 
 func newConditions() *Conditions {
@@ -83,19 +85,20 @@ func newConditions() *Conditions {
 		[]string{"kind", "namespace", "name", "type"}, nil)}
 }
 
-// Set replaces the exported list; list must not change afterwards.
-func (c *Conditions) Set(list []Condition) { c.list.Store(&list) }
+// From makes each scrape export the conditions f returns; f must be safe to call from any
+// goroutine.
+func (c *Conditions) From(f func() []Condition) { c.source.Store(&f) }
 
 // Describe implements prometheus.Collector.
 func (c *Conditions) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector.
 func (c *Conditions) Collect(ch chan<- prometheus.Metric) {
-	list := c.list.Load()
-	if list == nil {
+	f := c.source.Load()
+	if f == nil {
 		return
 	}
-	for _, x := range *list {
+	for _, x := range (*f)() {
 		v := 0.0
 		if x.True {
 			v = 1

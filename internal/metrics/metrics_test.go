@@ -21,12 +21,14 @@ func conditionList(n int) []Condition {
 	return list
 }
 
-// snigate_object_condition exports each condition of the list set last, once, with its
-// value; a scrape after Set sees the new list, not the metrics built for the old one.
-func TestConditionsExportTheListSetLast(t *testing.T) {
+// snigate_object_condition exports each condition its source returns at the scrape, once,
+// with its value: a scrape after a change sees the new list.
+func TestConditionsExportTheCurrentList(t *testing.T) {
 	c := newConditions()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
+	var current []Condition
+	c.From(func() []Condition { return current })
 	want := func(list []Condition) string {
 		var b strings.Builder
 		b.WriteString("# HELP snigate_object_condition Status conditions of the TenantGateways, DatabaseExposures and TrustAnchors: 1 when True, 0 when False or Unknown (the reason is in their status and on the status page).\n# TYPE snigate_object_condition gauge\n")
@@ -44,7 +46,7 @@ func TestConditionsExportTheListSetLast(t *testing.T) {
 		if round == 1 {
 			list[0].True = !list[0].True // same objects, one value changed
 		}
-		c.Set(list)
+		current = list
 		for scrape := range 2 {
 			// testutil sorts the expected text as the registry sorts the families.
 			if err := testutil.GatherAndCompare(reg, strings.NewReader(want(list)), "snigate_object_condition"); err != nil {
@@ -60,7 +62,8 @@ func BenchmarkConditionsScrape(b *testing.B) {
 	c := newConditions()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	c.Set(conditionList(15000))
+	list := conditionList(15000)
+	c.From(func() []Condition { return list })
 	for b.Loop() {
 		if _, err := reg.Gather(); err != nil {
 			b.Fatal(err)

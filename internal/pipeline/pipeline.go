@@ -138,6 +138,7 @@ func New(cfg Config) (*Runner, error) {
 		cfg.Metrics = metrics.New()
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger}
+	cfg.Metrics.Conditions.From(r.conditions)
 	if cfg.Gateway != "" {
 		ns, name, ok := strings.Cut(cfg.Gateway, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -185,7 +186,6 @@ func (r *Runner) TenantObjects(res *resources.Resources) {
 		return
 	}
 	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = ts, xs, as
-	r.cfg.Metrics.Conditions.Set(conditions(r.state))
 }
 
 // Generation is the generation of the serving snapshot (0 before the first Run applied).
@@ -338,7 +338,6 @@ func (r *Runner) run(res *resources.Resources) error {
 	r.stateMu.Lock()
 	r.state = admin.State{Ready: true, Generation: r.generation, NoTraffic: r.cfg.Apply == nil, LastApplied: time.Now(), Status: out.Status}
 	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(res, rendered, anchors)
-	r.cfg.Metrics.Conditions.Set(conditions(r.state))
 	r.snap, r.table = snap, nil
 	r.stateMu.Unlock()
 	r.log.Info("configuration applied", "generation", r.generation, "ports", len(snap.Ports),
@@ -367,7 +366,6 @@ func (r *Runner) statusOnly(input, merged *resources.Resources, rendered *render
 	}
 	r.stateMu.Lock()
 	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(input, rendered, anchors)
-	r.cfg.Metrics.Conditions.Set(conditions(r.state))
 	r.stateMu.Unlock()
 	r.log.Debug("status refreshed", "generation", r.generation)
 }
@@ -437,7 +435,17 @@ func tenantStatus(res *resources.Resources, rendered *render.Result, anchors *tr
 // conditions lists the conditions of st's TenantGateways, DatabaseExposures and
 // TrustAnchors for snigate_object_condition.
 func conditions(st admin.State) []metrics.Condition {
-	var out []metrics.Condition
+	n := 0
+	for _, t := range st.Tenants {
+		n += len(t.Status.Conditions)
+	}
+	for _, x := range st.DatabaseExposures {
+		n += len(x.Status.Conditions)
+	}
+	for _, a := range st.TrustAnchors {
+		n += len(a.Status.Conditions)
+	}
+	out := make([]metrics.Condition, 0, n)
 	add := func(kind, ns, name string, cs []metav1.Condition) {
 		for _, c := range cs {
 			out = append(out, metrics.Condition{Kind: kind, Namespace: ns, Name: name, Type: c.Type, True: c.Status == metav1.ConditionTrue})
@@ -453,6 +461,14 @@ func conditions(st admin.State) []metrics.Condition {
 		add("TrustAnchor", a.Namespace, a.Name, a.Status.Conditions)
 	}
 	return out
+}
+
+// conditions is the status conditions of the state now, for snigate_object_condition.
+func (r *Runner) conditions() []metrics.Condition {
+	r.stateMu.Lock()
+	st := r.state
+	r.stateMu.Unlock()
+	return conditions(st)
 }
 
 // inUse is, per TrustAnchor, what its exposures' backends served at their last probe.

@@ -515,40 +515,27 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 // recovery watchdog says the cache may lag behind (recovery.go), and says whether a kind
 // translate reads changed since the last load.
 func (c *Controller) load(ctx context.Context) (*resources.Resources, bool, error) {
-	var cl client.Reader = c.mgr.GetClient()
-	direct := c.recovery != nil && c.recovery.direct()
-	if direct {
-		cl = c.direct
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, directTimeout)
-		defer cancel()
+	if c.recovery == nil || !c.recovery.direct() {
+		return c.loadCached(ctx)
 	}
+	ctx, cancel := context.WithTimeout(ctx, directTimeout)
+	defer cancel()
 	lists := make([]resources.ObjectList, len(c.kinds))
-	get := func(i int) error {
-		lists[i] = c.kinds[i].NewList()
-		// From the cache without copies: the interner copies what it keeps.
-		if err := cl.List(ctx, lists[i], client.UnsafeDisableDeepCopy); err != nil {
-			return fmt.Errorf("listing %ss: %w", c.kinds[i].Name, err)
-		}
-		return nil
-	}
-	if direct {
-		// Straight from the API server, every kind at once: a change made during an outage
-		// must be served within a second of its return, and one round trip per kind in a
-		// row, on a loaded API server, can take longer than that alone.
-		var g errgroup.Group
-		for i := range c.kinds {
-			g.Go(func() error { return get(i) })
-		}
-		if err := g.Wait(); err != nil {
-			return nil, false, err
-		}
-	} else {
-		for i := range c.kinds {
-			if err := get(i); err != nil {
-				return nil, false, err
+	// Straight from the API server, every kind at once: a change made during an outage
+	// must be served within a second of its return, and one round trip per kind in a
+	// row, on a loaded API server, can take longer than that alone.
+	var g errgroup.Group
+	for i := range c.kinds {
+		g.Go(func() error {
+			lists[i] = c.kinds[i].NewList()
+			if err := c.direct.List(ctx, lists[i]); err != nil {
+				return fmt.Errorf("listing %ss: %w", c.kinds[i].Name, err)
 			}
-		}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, false, err
 	}
 	res := &resources.Resources{}
 	translated := false
@@ -556,7 +543,7 @@ func (c *Controller) load(ctx context.Context) (*resources.Resources, bool, erro
 		if err := k.SetList(res, lists[i]); err != nil {
 			return nil, false, err
 		}
-		objs, changed := c.interned.intern(i, k.Objects(res), k.OwnStatus)
+		objs, changed := c.interned.intern(i, k.Objects(res), k.OwnStatus, true)
 		k.Set(res, objs)
 		translated = translated || (changed && !k.RenderInput)
 	}

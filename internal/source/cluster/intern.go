@@ -17,12 +17,12 @@ import (
 // alone; listed afresh each time, every object was new on every change and translate's memo
 // never hit.
 //
-// An object seen for the first time (or changed) is copied out of the list it came in, which
-// the informer's cache filled without copies (client.UnsafeDisableDeepCopy): an object kept
-// for later passes must not pin the whole list's array. The copy is shallow: it shares its
-// maps, slices and strings with the cache's object, which the informer never changes (an
-// update replaces it), and nothing in snigate changes an object it was given (package
-// resources' contract). A deep copy held a second copy of every object of the cluster.
+// An object listed from the API server (load's direct path) and seen for the first time (or
+// changed) is copied out of the list it came in: an object kept for later passes must not
+// pin the whole list's array. The copy is shallow: it shares its maps, slices and strings
+// with the listed object, and nothing in snigate changes an object it was given (package
+// resources' contract). Objects from the informers' stores (loadCached) are kept as they
+// are: the cache holds each object once, and an update replaces it rather than changing it.
 //
 // Most loads list, of most kinds, the same names as the last one: a status written, a
 // route changed. Then the last load's order stands and only changed objects are put in
@@ -48,11 +48,12 @@ func newInterner(kinds int) *interner {
 // snigate writes, a status write is no change). The informer cache lists in no particular
 // order, and the pure stages remember their work by the objects of each kind in order: listed
 // as they come, every load looked like a change of every kind. The slice returned is the
-// last load's when nothing of the kind changed: callers must not write to it.
-func (in *interner) intern(i int, objs []resources.Object, ownStatus bool) ([]resources.Object, bool) {
+// last load's when nothing of the kind changed: callers must not write to it. copyNew:
+// objs are a list's items, whose new objects are copied out.
+func (in *interner) intern(i int, objs []resources.Object, ownStatus, copyNew bool) ([]resources.Object, bool) {
 	prev := &in.kinds[i]
 	if prev.at != nil && len(prev.sorted) == len(objs) {
-		if out, changed, ok := prev.sameNames(objs, ownStatus); ok {
+		if out, changed, ok := prev.sameNames(objs, ownStatus, copyNew); ok {
 			return out, changed
 		}
 	}
@@ -68,7 +69,7 @@ func (in *interner) intern(i int, objs []resources.Object, ownStatus bool) ([]re
 		if p != nil && sameVersion(p, o) {
 			out[j] = p
 		} else {
-			out[j] = shallowCopy(o)
+			out[j] = keep(o, copyNew)
 			changed = changed || p == nil || !resources.SameSpec(p, o, ownStatus)
 		}
 	}
@@ -84,7 +85,7 @@ func (in *interner) intern(i int, objs []resources.Object, ownStatus bool) ([]re
 
 // sameNames interns objs when they are the names of the last load, as many (ok): each in
 // its place of the last order. It does not change the kind's record unless ok.
-func (k *internedKind) sameNames(objs []resources.Object, ownStatus bool) (out []resources.Object, changed, ok bool) {
+func (k *internedKind) sameNames(objs []resources.Object, ownStatus, copyNew bool) (out []resources.Object, changed, ok bool) {
 	type change struct {
 		at int
 		o  resources.Object
@@ -110,7 +111,7 @@ func (k *internedKind) sameNames(objs []resources.Object, ownStatus bool) (out [
 	out = slices.Clone(k.sorted)
 	for _, m := range moved {
 		changed = changed || !resources.SameSpec(k.sorted[m.at], m.o, ownStatus)
-		out[m.at] = shallowCopy(m.o)
+		out[m.at] = keep(m.o, copyNew)
 	}
 	k.sorted = out
 	return out, changed, true
@@ -120,6 +121,14 @@ func (k *internedKind) sameNames(objs []resources.Object, ownStatus bool) (out [
 // resourceVersion.
 func sameVersion(p, o resources.Object) bool {
 	return p.GetUID() == o.GetUID() && p.GetResourceVersion() == o.GetResourceVersion() && o.GetResourceVersion() != ""
+}
+
+// keep is o as the interner keeps it: a shallow copy when copyNew.
+func keep(o resources.Object, copyNew bool) resources.Object {
+	if copyNew {
+		return shallowCopy(o)
+	}
+	return o
 }
 
 // shallowCopy is a new object whose fields are o's (o is a pointer to a struct).

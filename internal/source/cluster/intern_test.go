@@ -47,7 +47,7 @@ func TestInternKeepsUnchangedObjects(t *testing.T) {
 	}
 	load := func(want bool, what string) []resources.Object {
 		t.Helper()
-		out, changed := in.intern(0, listed(cluster), true)
+		out, changed := in.intern(0, listed(cluster), true, true)
 		if changed != want {
 			t.Fatalf("%s: changed %v, want %v", what, changed, want)
 		}
@@ -122,19 +122,19 @@ func BenchmarkIntern(b *testing.B) {
 	list := listed(cluster)
 	b.Run("unchanged", func(b *testing.B) {
 		in := newInterner(1)
-		in.intern(0, list, true)
+		in.intern(0, list, true, true)
 		for b.Loop() {
-			in.intern(0, list, true)
+			in.intern(0, list, true, true)
 		}
 	})
 	b.Run("one-status", func(b *testing.B) {
 		in := newInterner(1)
-		in.intern(0, list, true)
+		in.intern(0, list, true, true)
 		rv := 1
 		for b.Loop() {
 			rv++
 			list[0] = internObj(list[0].GetNamespace(), list[0].GetName(), string(list[0].GetUID()), fmt.Sprint(rv), 1)
-			in.intern(0, list, true)
+			in.intern(0, list, true, true)
 		}
 	})
 }
