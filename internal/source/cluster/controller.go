@@ -515,37 +515,52 @@ func (c *Controller) reconcile(ctx context.Context, _ reconcile.Request) (reconc
 // recovery watchdog says the cache may lag behind (recovery.go), and says whether a kind
 // translate reads changed since the last load.
 func (c *Controller) load(ctx context.Context) (*resources.Resources, bool, error) {
-	if c.recovery == nil || !c.recovery.direct() {
-		return c.loadCached(ctx)
+	direct := c.recovery != nil && c.recovery.direct()
+	var objs [][]resources.Object
+	var err error
+	if direct {
+		objs, err = c.listDirect(ctx)
+	} else {
+		objs, err = c.listCached(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, directTimeout)
-	defer cancel()
-	lists := make([]resources.ObjectList, len(c.kinds))
-	// Straight from the API server, every kind at once: a change made during an outage
-	// must be served within a second of its return, and one round trip per kind in a
-	// row, on a loaded API server, can take longer than that alone.
-	var g errgroup.Group
-	for i := range c.kinds {
-		g.Go(func() error {
-			lists[i] = c.kinds[i].NewList()
-			if err := c.direct.List(ctx, lists[i]); err != nil {
-				return fmt.Errorf("listing %ss: %w", c.kinds[i].Name, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err != nil {
 		return nil, false, err
 	}
 	res := &resources.Resources{}
 	translated := false
 	for i, k := range c.kinds {
-		if err := k.SetList(res, lists[i]); err != nil {
-			return nil, false, err
-		}
-		objs, changed := c.interned.intern(i, k.Objects(res), k.OwnStatus, true)
-		k.Set(res, objs)
+		// A list's new objects are copied out of it (intern.go); the cache's are kept.
+		kept, changed := c.interned.intern(i, objs[i], k.OwnStatus, direct)
+		k.Set(res, kept)
 		translated = translated || (changed && !k.RenderInput)
 	}
 	return res, translated, nil
+}
+
+// listDirect lists every kind straight from the API server, every kind at once: a change
+// made during an outage must be served within a second of its return, and one round trip
+// per kind in a row, on a loaded API server, can take longer than that alone.
+func (c *Controller) listDirect(ctx context.Context) ([][]resources.Object, error) {
+	ctx, cancel := context.WithTimeout(ctx, directTimeout)
+	defer cancel()
+	objs := make([][]resources.Object, len(c.kinds))
+	var g errgroup.Group
+	for i, k := range c.kinds {
+		g.Go(func() error {
+			list := k.NewList()
+			if err := c.direct.List(ctx, list); err != nil {
+				return fmt.Errorf("listing %ss: %w", k.Name, err)
+			}
+			var one resources.Resources
+			if err := k.SetList(&one, list); err != nil {
+				return err
+			}
+			objs[i] = k.Objects(&one)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return objs, nil
 }

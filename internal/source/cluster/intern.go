@@ -21,7 +21,7 @@ import (
 // changed) is copied out of the list it came in: an object kept for later passes must not
 // pin the whole list's array. The copy is shallow: it shares its maps, slices and strings
 // with the listed object, and nothing in snigate changes an object it was given (package
-// resources' contract). Objects from the informers' stores (loadCached) are kept as they
+// resources' contract). Objects from the informers' stores (listCached) are kept as they
 // are: the cache holds each object once, and an update replaces it rather than changing it.
 //
 // Most loads list, of most kinds, the same names as the last one: a status written, a

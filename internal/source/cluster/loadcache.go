@@ -9,7 +9,7 @@ import (
 	"github.com/snigate/snigate/internal/resources"
 )
 
-// loadCached is load from the informers' own stores: every kind's objects as the cache holds
+// listCached lists every kind from its informer's own store: the objects as the cache holds
 // them, neither copied into a typed list nor copied again. Why not the cached client's List:
 // even with client.UnsafeDisableDeepCopy it copies each object's struct into the list's
 // Items, and the interner copied the new ones out again so as not to pin the list; at 10 000
@@ -18,19 +18,15 @@ import (
 // 300 MiB. The informer never changes an object it holds (an update replaces it), and
 // nothing in snigate changes an object it was given (package resources' contract), so the
 // cache's object is the one the pipeline keeps.
-func (c *Controller) loadCached(ctx context.Context) (*resources.Resources, bool, error) {
-	res := &resources.Resources{}
-	translated := false
+func (c *Controller) listCached(ctx context.Context) ([][]resources.Object, error) {
+	objs := make([][]resources.Object, len(c.kinds))
 	for i, k := range c.kinds {
-		objs, err := c.cachedObjects(ctx, k)
-		if err != nil {
-			return nil, false, err
+		var err error
+		if objs[i], err = c.cachedObjects(ctx, k); err != nil {
+			return nil, err
 		}
-		objs, changed := c.interned.intern(i, objs, k.OwnStatus, false)
-		k.Set(res, objs)
-		translated = translated || (changed && !k.RenderInput)
 	}
-	return res, translated, nil
+	return objs, nil
 }
 
 // cachedObjects lists kind k's objects from its informer's store, in no particular order.
