@@ -24,9 +24,9 @@ import (
 //     SEC 1 DER key inside a PEM block of any type (a CERTIFICATE block included) or in a
 //     certificate's extension, and raw DER or base64 keys outside PEM. This runs first, over
 //     every byte, so a key is reported as a key whatever else is wrong;
-//  2. ReasonNotACertificate: empty, anything but whitespace outside PEM blocks, a block that
-//     is not CERTIFICATE or carries PEM headers, a block that does not parse as one
-//     certificate;
+//  2. ReasonNotACertificate: empty, anything but whitespace outside PEM blocks, a block
+//     whose "-----BEGIN" does not start a line (indented), a block that is not CERTIFICATE
+//     or carries PEM headers, a block that does not parse as one certificate;
 //  3. ReasonNotACA: a certificate that is not a CA, named by its subject.
 //
 // The messages name positions and PEM types, never the bytes themselves. Whatever the
@@ -66,6 +66,10 @@ type segment struct {
 	offset int
 	block  *pem.Block // nil for text
 	text   []byte
+	// indented: the block's "-----BEGIN " does not start a line. Go's pem.Decode and
+	// OpenSSL's PEM reader both skip such a block, so a bundle holding one is not what its
+	// owner's tools read; it is refused as a certificate, but still searched for a key.
+	indented bool
 }
 
 const pemBegin = "-----BEGIN "
@@ -101,7 +105,7 @@ func split(data []byte) []segment {
 			continue
 		}
 		text(pos, start)
-		segs = append(segs, segment{offset: start, block: block})
+		segs = append(segs, segment{offset: start, block: block, indented: start > 0 && data[start-1] != '\n'})
 		pos = start + consumed
 	}
 	text(pos, len(data))
@@ -249,6 +253,9 @@ func certificates(segs []segment) ([]*x509.Certificate, string) {
 	var certs []*x509.Certificate
 	for n, s := range blocks(segs) {
 		b := s.block
+		if s.indented {
+			return nil, fmt.Sprintf("PEM block %d (at byte %d) does not begin a line: \"-----BEGIN\" must be the first thing on its line, or PEM readers skip the block", n, s.offset)
+		}
 		if b.Type != "CERTIFICATE" {
 			return nil, fmt.Sprintf("PEM block %d (at byte %d) is a %s, not a CERTIFICATE", n, s.offset, pemType(b.Type))
 		}
