@@ -66,6 +66,13 @@ func startSnigate(t *testing.T, dir string, argv ...string) *gateway {
 // was started.
 func startSnigateEnv(t *testing.T, dir string, env []string, argv ...string) *gateway {
 	t.Helper()
+	return startSnigateIn(t, nil, dir, env, argv...)
+}
+
+// startSnigateIn is startSnigateEnv with the process started in the cgroup cg (nil: the
+// test's own).
+func startSnigateIn(t *testing.T, cg *testutil.Cgroup, dir string, env []string, argv ...string) *gateway {
+	t.Helper()
 	needBinary(t)
 	g := &gateway{
 		t:      t,
@@ -82,6 +89,9 @@ func startSnigateEnv(t *testing.T, dir string, env []string, argv ...string) *ga
 	g.cmd = exec.Command(snigateBin, argv...)
 	g.cmd.Env = append(testutil.CleanEnv(), env...)
 	g.cmd.Stdout, g.cmd.Stderr = logf, logf
+	if cg != nil {
+		cg.Wrap(g.cmd)
+	}
 	if err := g.cmd.Start(); err != nil {
 		logf.Close()
 		t.Fatal(err)

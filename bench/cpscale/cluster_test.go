@@ -70,6 +70,9 @@ type env struct {
 	backend    *testutil.Host
 	ca         *testutil.CA
 	tenants    int // created so far
+	// cgroup, with SNIGATE_CPSCALE_MEMORY_LIMIT: the controller runs in it, as in a
+	// container with that memory limit.
+	cgroup *testutil.Cgroup
 }
 
 func newEnv(t *testing.T) *env {
@@ -98,6 +101,9 @@ func newEnv(t *testing.T) *env {
 		},
 	}})
 	e.cl = e.kc.Client
+	if mib := memoryLimitMiB(t); mib > 0 {
+		e.cgroup = testutil.MemoryCgroup(t, int64(mib)<<20)
+	}
 	e.bin = buildSnigate(t, e.kc.Root, dir)
 	e.kubeconfig = controllerKubeconfig(t, e.kc.Env, dir)
 	e.ca = testutil.NewCA(t)
@@ -122,6 +128,20 @@ func newEnv(t *testing.T) *env {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// memoryLimitMiB is SNIGATE_CPSCALE_MEMORY_LIMIT, the controller's container memory limit
+// in MiB (0: none).
+func memoryLimitMiB(t *testing.T) int {
+	v := os.Getenv("SNIGATE_CPSCALE_MEMORY_LIMIT")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("SNIGATE_CPSCALE_MEMORY_LIMIT=%q: want a number of MiB", v)
+	}
+	return n
+}
 
 // buildSnigate builds the binary under test.
 func buildSnigate(t *testing.T, root, dir string) string {
@@ -264,6 +284,9 @@ func (e *env) startController() *controller {
 	c.cmd = exec.Command(e.bin, "controller", "--kubeconfig", e.kubeconfig, "--leader-elect=false",
 		"--local-addresses", localPrefix, "--admin", admin, "--log-format", "json", "--access-log=false")
 	c.cmd.Stdout, c.cmd.Stderr = f, f
+	if e.cgroup != nil {
+		e.cgroup.Wrap(c.cmd)
+	}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		e.t.Fatal(err)

@@ -27,7 +27,9 @@ import (
 // TestControlPlaneScale runs the benchmark when SNIGATE_CPSCALE says which: "smoke" (10
 // tenants × 10 exposures, 5 trials) or "full" (10, 100 and 1 000 tenants × 10, 30 trials
 // each, then 10 000 exposures on one tenant); "shared" and "one" run one of full's two
-// shapes alone (while working on one). SNIGATE_CPSCALE_OUT names the JSON results.
+// shapes alone (while working on one). SNIGATE_CPSCALE_OUT names the JSON results;
+// SNIGATE_CPSCALE_MEMORY_LIMIT, when set, runs the controller in a cgroup with that
+// memory limit in MiB, as a container with resources.limits.memory.
 func TestControlPlaneScale(t *testing.T) {
 	mode := os.Getenv("SNIGATE_CPSCALE")
 	if mode == "" {
@@ -48,9 +50,9 @@ func TestControlPlaneScale(t *testing.T) {
 			t.Skip("not in this mode")
 		}
 		e := newEnv(t)
-		for _, n := range steps {
+		for i, n := range steps {
 			e.addTenants(n, 10, true)
-			results = append(results, e.measure(t, "shared", n*10, trials, "platform", "shared"))
+			results = append(results, e.measure(t, "shared", n*10, trials, "platform", "shared", i == len(steps)-1))
 		}
 	})
 	if solo > 0 {
@@ -58,10 +60,11 @@ func TestControlPlaneScale(t *testing.T) {
 			e := newEnv(t)
 			e.addTenants(1, solo, false)
 			ns := tenantName(0)
-			results = append(results, e.measure(t, "one tenant", solo, trials, ns, ns))
+			results = append(results, e.measure(t, "one tenant", solo, trials, ns, ns, true))
 		})
 	}
-	run := Run{Time: time.Now().UTC(), Mode: mode, Commit: os.Getenv("SNIGATE_CPSCALE_COMMIT"), Steps: results}
+	run := Run{Time: time.Now().UTC(), Mode: mode, Commit: os.Getenv("SNIGATE_CPSCALE_COMMIT"),
+		MemoryLimitMiB: memoryLimitMiB(t), Steps: results}
 	if md := os.Getenv("SNIGATE_CPSCALE_MD"); md != "" {
 		// SNIGATE_CPSCALE_PREVIOUS: the last full run's JSON, shown after this one.
 		var prev *Run
@@ -88,8 +91,10 @@ func TestControlPlaneScale(t *testing.T) {
 	t.Log("\n" + Markdown(results))
 }
 
-// measure starts the controller on what the cluster holds and takes a step's numbers.
-func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, gwName string) Step {
+// measure starts the controller on what the cluster holds and takes a step's numbers; with
+// floor, a shape's last step, it then stops the controller and measures the write floor
+// (floor_test.go).
+func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, gwName string, floor bool) Step {
 	st := Step{Shape: shape, Tenants: e.tenants, Exposures: exposures, Requests: map[string]float64{}}
 	t.Logf("step %s: %d tenants, %d exposures: starting the controller", shape, e.tenants, exposures)
 	start, apiCPU, off := time.Now(), controlPlaneCPU(), e.auditSize()
@@ -226,6 +231,11 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	t.Logf("step %s: apply→serving p50 %.0f ms p99 %.0f ms (floor p99 %.0f ms); delete→refused p50 %.0f ms p99 %.0f ms; writes per exposure %v",
 		shape, quantile(st.ApplyServing, 0.5), quantile(st.ApplyServing, 0.99), quantile(st.FloorAdd, 0.99),
 		quantile(st.DeleteRefused, 0.5), quantile(st.DeleteRefused, 0.99), st.Writes)
+	if floor {
+		c.stop()
+		f := e.writeFloor()
+		st.WriteFloor = &f
+	}
 	return st
 }
 

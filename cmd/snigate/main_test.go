@@ -12,22 +12,22 @@ import (
 
 func TestGCLimits(t *testing.T) {
 	for _, c := range []struct {
-		memMax   string
-		limit    int64
-		headroom uint64
+		memMax, limit, softLimit int64
+		headroom                 uint64
 	}{
-		{"", 512 << 20, 64 << 20},              // no cgroup v2
-		{"max\n", 512 << 20, 64 << 20},         // no limit
-		{"268435456\n", 128 << 20, 32 << 20},   // 256 MiB container: half of it, an eighth
-		{"17179869184\n", 512 << 20, 64 << 20}, // 16 GiB: the caps
-		{"garbage", 512 << 20, 64 << 20},
+		{0, 512 << 20, 0, 64 << 20},                 // no limit (or no cgroup)
+		{256 << 20, 128 << 20, 241591905, 32 << 20}, // 256 MiB container: half of it, nine tenths, an eighth
+		{512 << 20, 256 << 20, 483183819, 64 << 20},
+		{16 << 30, 512 << 20, 15461882262, 64 << 20}, // 16 GiB: the caps
 	} {
-		memMax := parseMemoryMax(c.memMax)
-		if got := firstLoadHeapLimit(memMax); got != c.limit {
-			t.Errorf("firstLoadHeapLimit(%q) = %d, want %d", c.memMax, got, c.limit)
+		if got := firstLoadHeapLimit(c.memMax); got != c.limit {
+			t.Errorf("firstLoadHeapLimit(%d) = %d, want %d", c.memMax, got, c.limit)
 		}
-		if got := gcHeadroom(memMax); got != c.headroom {
-			t.Errorf("gcHeadroom(%q) = %d, want %d", c.memMax, got, c.headroom)
+		if got := gcHeadroom(c.memMax); got != c.headroom {
+			t.Errorf("gcHeadroom(%d) = %d, want %d", c.memMax, got, c.headroom)
+		}
+		if got := memoryLimit(c.memMax); got != c.softLimit {
+			t.Errorf("memoryLimit(%d) = %d, want %d", c.memMax, got, c.softLimit)
 		}
 	}
 }
