@@ -28,12 +28,13 @@ import (
 // The writes, per exposure: its TLSRoute created, that route's status written, and the
 // exposure's status written: three, against the 2.3 to 2.9 the controller made per exposure
 // to converge in the full runs. The routes are copies of the controller's own (same spec,
-// same status) in a namespace of their own and with no parent, so that nothing serves them;
+// same status, so the same validation) in a namespace of their own, under other names;
 // the exposures' statuses are the controller's with one message changed, so that each is a
 // real write and not a no-op the server drops. The client authenticates as the controller
 // does (its kubeconfig), so the server spends on it what it spends on the controller
 // (impersonation, the audit log), with no client-side rate limit and 32 requests in flight.
-// The controller is stopped first: the server serves the floor alone.
+// The controller is stopped first: the server serves the floor alone, and nothing acts on
+// the copies (the cluster is not used after).
 
 // writeFloorParallel is how many requests the floor keeps in flight: past what the API
 // server runs at once on 2 cores, and below its default limit of mutating requests (200).
@@ -99,7 +100,6 @@ func (e *env) writeFloor() WriteFloor {
 		r := &routes.Items[i]
 		cp := &gwv1.TLSRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s.%s", r.Namespace, r.Name),
 			Labels: r.Labels, Annotations: r.Annotations}, Spec: *r.Spec.DeepCopy()}
-		cp.Spec.ParentRefs = nil
 		status := *r.Status.DeepCopy()
 		work <- func() error {
 			if err := cl.Create(ctx, cp); err != nil {
