@@ -18,8 +18,14 @@ import (
 
 	"github.com/snigate/snigate/internal/provision"
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/dpnode"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
+
+// dataPlaneImage is the image `snigate controller --provision` writes into the data plane
+// Deployments of the provisioned tests; the node (package dpnode) runs the test's binary for
+// it.
+const dataPlaneImage = "snigate.dev/snigate:e2e"
 
 // A rollout of provisioned data planes refuses no one and keeps held sessions to the drain
 // deadline: kube-controller-manager rolls the Deployment `snigate controller --provision`
@@ -32,7 +38,7 @@ func TestProvisionedRolloutRefusesNone(t *testing.T) {
 	const grace, drain = 2 * time.Second, 4 * time.Second
 	p := startProvisioned(t, 2, grace, drain)
 	p.startController(t, "--leader-elect=false")
-	addr := p.node.Addr()
+	addr := p.node.Addr(p.port)
 	old := p.waitServing(t, 2)
 	var pdb policyv1.PodDisruptionBudget
 	if err := p.cl.Get(context.Background(), client.ObjectKey{Namespace: "apps", Name: p.name}, &pdb); err != nil {
@@ -43,11 +49,11 @@ func TestProvisionedRolloutRefusesNone(t *testing.T) {
 	var held []*heldSession
 	for range 4 {
 		c := dialEcho(t, addr, "a.example.test", p.ca)
-		held = append(held, holdSession(c, p.node.lb.podOf(c.LocalAddr().String())))
+		held = append(held, holdSession(c, p.node.Balancer().PodOf(c.LocalAddr().String())))
 	}
 	traffic := startLoad(addr, "a.example.test", p.ca)
 	time.Sleep(500 * time.Millisecond)
-	p.node.lb.trackFewest()
+	p.node.Balancer().TrackFewest()
 
 	// kubectl rollout restart.
 	var d appsv1.Deployment
@@ -74,7 +80,7 @@ func TestProvisionedRolloutRefusesNone(t *testing.T) {
 			if slices.Contains(old, pod.Name) {
 				return fmt.Errorf("old data plane %s still there", pod.Name)
 			}
-			if podIsReady(&pod) {
+			if dpnode.PodIsReady(&pod) {
 				ready++
 			}
 		}
@@ -84,24 +90,24 @@ func TestProvisionedRolloutRefusesNone(t *testing.T) {
 		return nil
 	})
 	t.Logf("rollout done in %s", time.Since(start).Round(100*time.Millisecond))
-	time.Sleep(endpointDelay + time.Second) // the balancer sends to the new ones only
+	time.Sleep(dpnode.EndpointDelay + time.Second) // the balancer sends to the new ones only
 	ok, failed, first := traffic.stop()
-	t.Logf("during the rollout: %d new connections succeeded, %d failed; balancer: %s", ok, failed, p.node.lb)
+	t.Logf("during the rollout: %d new connections succeeded, %d failed; balancer: %s", ok, failed, p.node.Balancer())
 	if failed != 0 {
 		t.Errorf("%d new connections failed (first: %v)", failed, first)
 	}
-	if f := p.node.lb.fewestTargets(); f < 2 {
+	if f := p.node.Balancer().FewestTargets(); f < 2 {
 		t.Errorf("the load balancer had %d ready data planes at one point, want 2 all along (maxUnavailable 0)", f)
 	}
 	// Each old data plane was sent new connections after it was told to stop, and accepted
 	// them: its grace at work (the test tests nothing otherwise).
 	for _, pod := range old {
-		term, _ := p.node.stopped(pod)
+		term, _ := p.node.Stopped(pod)
 		if term.IsZero() {
 			t.Errorf("data plane %s was never told to stop", pod)
 			continue
 		}
-		if n := p.node.lb.sentAfter(pod, term); n == 0 {
+		if n := p.node.Balancer().SentAfter(pod, term); n == 0 {
 			t.Errorf("no new connection reached data plane %s after its SIGTERM: the grace went untested", pod)
 		} else {
 			t.Logf("data plane %s: sent %d new connections after its SIGTERM", pod, n)
@@ -110,7 +116,7 @@ func TestProvisionedRolloutRefusesNone(t *testing.T) {
 	// Held sessions were served through the grace and the drain and closed at its deadline.
 	for i, h := range held {
 		lastOK, end := h.wait(t, clusterWait)
-		term, _ := p.node.stopped(h.pod)
+		term, _ := p.node.Stopped(h.pod)
 		if term.IsZero() {
 			t.Errorf("held session %d: its data plane %q was never told to stop", i, h.pod)
 			continue
@@ -125,7 +131,7 @@ func TestProvisionedRolloutRefusesNone(t *testing.T) {
 			t.Errorf("held session %d closed %s after SIGTERM, want at the drain deadline %s", i, e, deadline)
 		}
 	}
-	p.node.exitsOK(t)
+	p.node.ExitsOK(t)
 }
 
 // Provisioned data planes outlive the control plane's outages with no connection failed:
@@ -142,7 +148,7 @@ func TestProvisionedDataPlanesOutliveOutages(t *testing.T) {
 	// process (a lost Lease ends it, and its Pod restarts).
 	won := func(rec map[string]any, _ string) bool { return rec["msg"] == "status writer started (leader)" }
 	g := p.startController(t, lease...)
-	addr := p.node.Addr()
+	addr := p.node.Addr(p.port)
 	pods := p.waitServing(t, 1)
 	kubetest.Eventually(t, clusterWait, "route a Accepted", routeAccepted(p.cl, "a"))
 	generation := p.deploymentGeneration(t)
@@ -192,7 +198,7 @@ func TestProvisionedDataPlanesOutliveOutages(t *testing.T) {
 			t.Errorf("held session %s into the outage: %v", time.Since(down).Round(time.Second), err)
 		}
 		for _, pod := range pods {
-			if !p.node.ready(pod) {
+			if !p.node.Ready(pod) {
 				t.Errorf("data plane %s not ready %s into the outage", pod, time.Since(down).Round(time.Second))
 			}
 		}
@@ -245,7 +251,8 @@ func TestProvisionedDataPlanesOutliveOutages(t *testing.T) {
 type provisioned struct {
 	cl     client.Client
 	ca     *testutil.CA
-	node   *dataPlaneNode
+	node   *dpnode.Node
+	port   int // the Gateway's listener port
 	link   *testutil.Link
 	linked string // an admin's kubeconfig through link
 	name   string // of the data plane's Deployment
@@ -274,7 +281,9 @@ func startProvisioned(t *testing.T, replicas int, grace, drain time.Duration) *p
 		t.Fatal(err)
 	}
 	return &provisioned{cl: cl, ca: ca, link: link, linked: linked, name: provision.Name(&gw),
-		node: startDataPlaneNode(t, cl, "apps", port, linked)}
+		port: port,
+		node: dpnode.Start(t, dpnode.Config{Client: cl, Namespace: "apps", Ports: []int{port}, Kubeconfig: linked,
+			Binary: snigateBin, Image: dataPlaneImage})}
 }
 
 // startController runs `snigate controller --provision` with args.
@@ -296,7 +305,7 @@ func (p *provisioned) waitServing(t *testing.T, n int) []string {
 		}
 		names = names[:0]
 		for _, pod := range pods {
-			if podIsReady(&pod) {
+			if dpnode.PodIsReady(&pod) {
 				names = append(names, pod.Name)
 			}
 		}
@@ -306,10 +315,10 @@ func (p *provisioned) waitServing(t *testing.T, n int) []string {
 		return nil
 	})
 	kubetest.Eventually(t, clusterWait, "route a served through the load balancer", func() error {
-		return echoOnce(p.node.Addr(), "a.example.test", p.ca)
+		return echoOnce(p.node.Addr(p.port), "a.example.test", p.ca)
 	})
 	// The balancer sends to every one of them.
-	time.Sleep(endpointDelay + 500*time.Millisecond)
+	time.Sleep(dpnode.EndpointDelay + 500*time.Millisecond)
 	return names
 }
 

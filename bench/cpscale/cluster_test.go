@@ -33,6 +33,7 @@ import (
 	"github.com/snigate/snigate/bench/internal/procstat"
 	"github.com/snigate/snigate/internal/source/cluster"
 	"github.com/snigate/snigate/internal/testutil"
+	"github.com/snigate/snigate/internal/testutil/dpnode"
 	"github.com/snigate/snigate/internal/testutil/kubetest"
 )
 
@@ -44,6 +45,11 @@ const (
 	redisPort   = 6379 // the engine listener's port on the Gateway
 	localPrefix = "127.0.60.0/24"
 )
+
+// dataPlaneImage is the image `snigate controller --provision` writes into the data plane
+// Deployments of a provisioned run; the stand-in node (package dpnode) runs the benchmark's
+// binary for it.
+const dataPlaneImage = "snigate.dev/snigate:cpscale"
 
 // controllerAuthUser is the user the controller's kubeconfig authenticates as; it
 // impersonates the install's ServiceAccount (kubetest.ControllerUser).
@@ -73,6 +79,9 @@ type env struct {
 	// cgroup, with SNIGATE_CPSCALE_MEMORY_LIMIT: the controller runs in it, as in a
 	// container with that memory limit.
 	cgroup *testutil.Cgroup
+	// node, with SNIGATE_CPSCALE_PROVISION: the controller runs with --provision and the
+	// node runs the data planes it provisions, behind a load balancer.
+	node *dpnode.Node
 }
 
 func newEnv(t *testing.T) *env {
@@ -106,6 +115,18 @@ func newEnv(t *testing.T) *env {
 	}
 	e.bin = buildSnigate(t, e.kc.Root, dir)
 	e.kubeconfig = controllerKubeconfig(t, e.kc.Env, dir)
+	if provisioned() {
+		// What a cluster runs the provisioned data planes with: kube-controller-manager's
+		// Deployment and ReplicaSet controllers (the install's RBAC, the data plane's
+		// ClusterRole among it, is applied already), and the node: kubelet, scheduler and
+		// load balancer. The data planes reach the API
+		// server as an admin (their ServiceAccount's name is known only once provisioned);
+		// the audit log counts the controller's requests alone either way.
+		kubetest.StartControllerManager(t, e.kc.Env, "deployment-controller", "replicaset-controller")
+		e.node = dpnode.Start(t, dpnode.Config{Client: e.cl, Ports: []int{redisPort},
+			Kubeconfig: adminKubeconfig(t, e.kc.Env, dir), Binary: e.bin, Image: dataPlaneImage,
+			LogDir: os.Getenv("SNIGATE_CPSCALE_KEEP"), AssignIngress: true})
+	}
 	e.ca = testutil.NewCA(t)
 	// The backend: a TLS echo in a network namespace (the API server refuses loopback
 	// endpoints), serving a certificate for every tenant's names.
@@ -143,6 +164,9 @@ func memoryLimitMiB(t *testing.T) int {
 	return n
 }
 
+// provisioned says whether this run provisions data planes (SNIGATE_CPSCALE_PROVISION).
+func provisioned() bool { return os.Getenv("SNIGATE_CPSCALE_PROVISION") != "" }
+
 // buildSnigate builds the binary under test.
 func buildSnigate(t *testing.T, root, dir string) string {
 	bin := filepath.Join(dir, "snigate")
@@ -166,6 +190,23 @@ func controllerKubeconfig(t *testing.T, e *envtest.Environment, dir string) stri
 	}
 	path := filepath.Join(dir, "kubeconfig")
 	if err := kubetest.WriteKubeconfig(kc, kubetest.ControllerUser, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// adminKubeconfig writes an admin's kubeconfig, for the provisioned data planes.
+func adminKubeconfig(t *testing.T, e *envtest.Environment, dir string) string {
+	user, err := e.AddUser(envtest.User{Name: "cpscale-dataplane", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "dataplane.kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -281,8 +322,14 @@ func (e *env) startController() *controller {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	c.cmd = exec.Command(e.bin, "controller", "--kubeconfig", e.kubeconfig, "--leader-elect=false",
-		"--local-addresses", localPrefix, "--admin", admin, "--log-format", "json", "--access-log=false")
+	args := []string{"controller", "--kubeconfig", e.kubeconfig, "--leader-elect=false",
+		"--admin", admin, "--log-format", "json", "--access-log=false"}
+	if e.node != nil {
+		args = append(args, "--provision", "--dataplane-image", dataPlaneImage)
+	} else {
+		args = append(args, "--local-addresses", localPrefix)
+	}
+	c.cmd = exec.Command(e.bin, args...)
 	c.cmd.Stdout, c.cmd.Stderr = f, f
 	if e.cgroup != nil {
 		e.cgroup.Wrap(c.cmd)
@@ -364,6 +411,19 @@ func (c *controller) tail() string {
 func (c *controller) usage() (rss, cpu float64) {
 	pids := procstat.Tree(c.pid())
 	return float64(procstat.RSS(pids)) / (1 << 20), float64(procstat.CPU(pids)) / 1e9
+}
+
+// dataPlaneUsage is the provisioned data planes' RSS (MiB, all of them) and CPU time so far
+// (seconds), and how many run (zero without SNIGATE_CPSCALE_PROVISION).
+func (e *env) dataPlaneUsage() (rss, cpu float64, n int) {
+	if e.node == nil {
+		return 0, 0, 0
+	}
+	var pids []int
+	for _, pid := range e.node.PIDs() {
+		pids = append(pids, procstat.Tree(pid)...)
+	}
+	return float64(procstat.RSS(pids)) / (1 << 20), float64(procstat.CPU(pids)) / 1e9, len(e.node.PIDs())
 }
 
 // controlPlaneCPU is the CPU seconds the test's kube-apiserver and etcd have used so far:

@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/source/cluster"
@@ -29,7 +31,9 @@ import (
 // each, then 10 000 exposures on one tenant); "shared" and "one" run one of full's two
 // shapes alone (while working on one). SNIGATE_CPSCALE_OUT names the JSON results;
 // SNIGATE_CPSCALE_MEMORY_LIMIT, when set, runs the controller in a cgroup with that
-// memory limit in MiB, as a container with resources.limits.memory.
+// memory limit in MiB, as a container with resources.limits.memory;
+// SNIGATE_CPSCALE_PROVISION, when set, runs it with --provision, its data planes run by a
+// stand-in node (package dpnode) behind a load balancer, rather than with its local proxy.
 func TestControlPlaneScale(t *testing.T) {
 	mode := os.Getenv("SNIGATE_CPSCALE")
 	if mode == "" {
@@ -64,7 +68,7 @@ func TestControlPlaneScale(t *testing.T) {
 		})
 	}
 	run := Run{Time: time.Now().UTC(), Mode: mode, Commit: os.Getenv("SNIGATE_CPSCALE_COMMIT"),
-		MemoryLimitMiB: memoryLimitMiB(t), Steps: results}
+		MemoryLimitMiB: memoryLimitMiB(t), Provisioned: provisioned(), Steps: results}
 	if md := os.Getenv("SNIGATE_CPSCALE_MD"); md != "" {
 		// SNIGATE_CPSCALE_PREVIOUS: the last full run's JSON, shown after this one.
 		var prev *Run
@@ -78,7 +82,11 @@ func TestControlPlaneScale(t *testing.T) {
 				t.Fatalf("SNIGATE_CPSCALE_PREVIOUS: %v", err)
 			}
 		}
-		if err := os.WriteFile(md, []byte(Section(run, prev)), 0o644); err != nil {
+		section := Section(run, prev)
+		if run.Provisioned {
+			section = ProvisionedSection(run, prev)
+		}
+		if err := os.WriteFile(md, []byte(section), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -132,13 +140,15 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	st.ServedSeconds = time.Since(start).Seconds()
 	st.RSSConvergedMiB, st.CPUConverge = c.usage()
 	st.APIServerCPUConverge = controlPlaneCPU() - apiCPU
+	st.DataPlaneRSSConvergedMiB, st.DataPlaneCPUConverge, st.DataPlanes = e.dataPlaneUsage()
 	for k, n := range e.requests(off, start, time.Now()) {
 		if verb, _, _ := strings.Cut(k, " "); verb == "create" || verb == "update" || verb == "patch" || verb == "delete" {
 			st.ConvergeWrites += n
 		}
 	}
-	t.Logf("step %s: converged: Programmed after %.1f s, served after %.1f s, RSS %.0f MiB, %.1f CPU s; API server and etcd %.1f CPU s for %d writes",
-		shape, st.ProgrammedSeconds, st.ServedSeconds, st.RSSConvergedMiB, st.CPUConverge, st.APIServerCPUConverge, st.ConvergeWrites)
+	t.Logf("step %s: converged: Programmed after %.1f s, served after %.1f s, RSS %.0f MiB, %.1f CPU s; API server and etcd %.1f CPU s for %d writes; %d data planes: RSS %.0f MiB, %.1f CPU s",
+		shape, st.ProgrammedSeconds, st.ServedSeconds, st.RSSConvergedMiB, st.CPUConverge, st.APIServerCPUConverge, st.ConvergeWrites,
+		st.DataPlanes, st.DataPlaneRSSConvergedMiB, st.DataPlaneCPUConverge)
 	if keep := os.Getenv("SNIGATE_CPSCALE_KEEP"); keep != "" {
 		// What the controller's memory holds once converged, for reading after the run.
 		c.save(filepath.Join(keep, fmt.Sprintf("heap-%s-%d.pprof", strings.ReplaceAll(shape, " ", "-"), exposures)), "/debug/pprof/heap")
@@ -228,10 +238,13 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	}
 	st.ProbesPerMinute = (c.metric("snigate_certificate_probes_total") - probes0) / time.Since(probesAt).Minutes()
 	st.RSSEndMiB, _ = c.usage()
+	st.DataPlaneRSSEndMiB, _, _ = e.dataPlaneUsage()
 	t.Logf("step %s: apply→serving p50 %.0f ms p99 %.0f ms (floor p99 %.0f ms); delete→refused p50 %.0f ms p99 %.0f ms; writes per exposure %v",
 		shape, quantile(st.ApplyServing, 0.5), quantile(st.ApplyServing, 0.99), quantile(st.FloorAdd, 0.99),
 		quantile(st.DeleteRefused, 0.5), quantile(st.DeleteRefused, 0.99), st.Writes)
-	if floor {
+	if floor && e.node == nil {
+		// Not with provisioned data planes: they would watch the floor's copies of the
+		// routes, and its API server is the same as the runs' without them.
 		c.stop()
 		f := e.writeFloor()
 		st.WriteFloor = &f
@@ -324,6 +337,8 @@ func (e *env) informer(t *testing.T, s *seen) func() {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its reflectors log through controller-runtime's logger, which nothing else here sets.
+	crlog.SetLogger(logr.Discard())
 	c, err := cache.New(e.kc.Config, cache.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)

@@ -14,10 +14,18 @@
 //     API server's audit log, by verb and resource), and the certificate probe's connections
 //     a minute.
 //
+// With SNIGATE_CPSCALE_PROVISION (bench/cpscale.sh --provision) the controller runs with
+// --provision instead of its local proxy: kube-controller-manager rolls out the data plane
+// Deployments it writes, and a stand-in node (internal/testutil/dpnode) runs their Pods as
+// `snigate dataplane` processes behind a load balancer, so a new exposure is served once its
+// TLSRoute has reached a data plane through the API server; the data planes' RSS and CPU are
+// reported beside the controller's.
+//
 // It is a benchmark, not a test: it runs only when asked (bench/cpscale.sh), reports the
 // numbers (JSON, and a Markdown table for docs/performance.md) and fails only when something
 // could not be measured.
 //
 //	bench/cpscale.sh            # steps 10, 100 and 1 000 tenants × 10 exposures, then 10 000 on one tenant
 //	bench/cpscale.sh --smoke    # the 10 × 10 step with 5 trials (CI)
+//	bench/cpscale.sh --provision # the full steps with provisioned data planes
 package cpscale

@@ -41,6 +41,12 @@ type Step struct {
 	// verdict, and the configurations applied for each new exposure (its route: 1).
 	SettledSeconds float64   `json:"settledSeconds"`
 	Generations    []float64 `json:"generationsPerNewExposure"`
+	// With provisioned data planes: how many ran, their RSS (MiB, together) after
+	// convergence and after the trials, and their CPU seconds to converge.
+	DataPlanes               int     `json:"dataPlanes,omitempty"`
+	DataPlaneRSSConvergedMiB float64 `json:"dataPlaneRSSConvergedMiB,omitempty"`
+	DataPlaneRSSEndMiB       float64 `json:"dataPlaneRSSEndMiB,omitempty"`
+	DataPlaneCPUConverge     float64 `json:"dataPlaneCPUSecondsToConverge,omitempty"`
 	// The write floor (floor_test.go), measured after a shape's last step.
 	WriteFloor *WriteFloor `json:"writeFloor,omitempty"`
 }
@@ -89,6 +95,12 @@ func Markdown(steps []Step) string {
 			fmt.Fprintf(&b, "\nThe write floor at %d exposures (%s): %d writes (a route created, its status, the exposure's status, each) took a bare client %.1f s, %.0f writes/s, the API server and etcd %.1f CPU s (%.1f ms each); converging took the controller %.1f s for %d writes.\n",
 				s.Exposures, s.Shape, f.Writes, f.Seconds, float64(f.Writes)/f.Seconds, f.APIServerCPU, 1000*f.APIServerCPU/float64(f.Writes),
 				s.ServedSeconds, s.ConvergeWrites)
+		}
+	}
+	for _, s := range steps {
+		if s.DataPlanes > 0 {
+			fmt.Fprintf(&b, "\nThe data planes at %d exposures (%s): %d, RSS %.0f MiB converged, %.0f MiB at the end (together), %.1f CPU s to converge.\n",
+				s.Exposures, s.Shape, s.DataPlanes, s.DataPlaneRSSConvergedMiB, s.DataPlaneRSSEndMiB, s.DataPlaneCPUConverge)
 		}
 	}
 	// The requests of one new exposure, at the largest step.
@@ -149,14 +161,44 @@ func Section(run Run, previous *Run) string {
 	return b.String()
 }
 
+// ProvisionedSection is the Markdown section of a run with provisioned data planes
+// (bench/results/control-plane-provisioned.md, which bench/run.sh --render puts after
+// Section's): how it differs from Section's runs, the steps, and the targets.
+func ProvisionedSection(run Run, previous *Run) string {
+	var b strings.Builder
+	b.WriteString("### 8.1 The control plane at scale with provisioned data planes\n\n")
+	b.WriteString("bench/cpscale.sh --provision: the same steps, with `snigate controller --provision` in place of its\n")
+	b.WriteString("local proxy. kube-controller-manager's Deployment and ReplicaSet controllers roll out the data plane\n")
+	b.WriteString("Deployment it writes for each Gateway (one replica), and a stand-in node (internal/testutil/dpnode)\n")
+	b.WriteString("schedules its Pods, runs each as a `snigate dataplane` process on an address of its own, reports them\n")
+	b.WriteString("Ready, and balances connections to them at the LoadBalancer Service's address, which it also\n")
+	b.WriteString("assigns. A new exposure is served once its TLSRoute, written by the controller, has reached the\n")
+	b.WriteString("data plane through the API server. The controller's RSS and CPU are its own; the data planes' are\n")
+	b.WriteString("given below the table. No write floor (the data planes would watch its writes).\n\n")
+	fmt.Fprintf(&b, "This run, %s, commit %s%s:\n\n", run.Time.Format("2006-01-02 15:04 MST"), or(run.Commit, "unknown"), memLimit(run))
+	b.WriteString(Markdown(run.Steps))
+	b.WriteString("\n")
+	b.WriteString(targets(run.Steps))
+	if previous != nil {
+		fmt.Fprintf(&b, "\nThe run before it, %s, commit %s%s:\n\n", previous.Time.Format("2006-01-02 15:04 MST"), or(previous.Commit, "unknown"), memLimit(*previous))
+		b.WriteString(Markdown(previous.Steps))
+		b.WriteString("\n")
+		b.WriteString(targets(previous.Steps))
+	}
+	return b.String()
+}
+
 // Run is one run's results, as bench/results/cpscale.json holds them.
 type Run struct {
 	Time   time.Time `json:"time"`
 	Mode   string    `json:"mode"`
 	Commit string    `json:"commit,omitempty"`
 	// The memory limit of the controller's cgroup in this run, MiB (0: none).
-	MemoryLimitMiB int    `json:"memoryLimitMiB,omitempty"`
-	Steps          []Step `json:"steps"`
+	MemoryLimitMiB int `json:"memoryLimitMiB,omitempty"`
+	// Provisioned: the controller ran with --provision, its data planes as processes of a
+	// stand-in node behind a load balancer (SNIGATE_CPSCALE_PROVISION).
+	Provisioned bool   `json:"provisioned,omitempty"`
+	Steps       []Step `json:"steps"`
 }
 
 // memLimit says the run's memory limit, if it had one.

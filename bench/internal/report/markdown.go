@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -268,15 +269,18 @@ func (r *Results) WriteMarkdown(path, chart, notesFile string) error {
 		}
 		// The control-plane benchmark's section (bench/cpscale.sh writes it beside the
 		// notes): the data-plane tables, then it, then the notes.
-		if b, err := os.ReadFile(filepath.Join(filepath.Dir(notesFile), ControlPlaneFile)); err == nil {
-			notes = string(b) + "\n" + notes
+		for _, f := range slices.Backward(ControlPlaneFiles) {
+			if b, err := os.ReadFile(filepath.Join(filepath.Dir(notesFile), f)); err == nil {
+				notes = string(b) + "\n" + notes
+			}
 		}
 	}
 	return os.WriteFile(path, []byte(r.Markdown(chart, notes)), 0o644)
 }
 
-// ControlPlaneFile is the control-plane benchmark's Markdown section, beside the notes.
-const ControlPlaneFile = "control-plane.md"
+// ControlPlaneFiles are the control-plane benchmark's Markdown sections, beside the notes, in
+// their order: bench/cpscale.sh's, then bench/cpscale.sh --provision's.
+var ControlPlaneFiles = []string{"control-plane.md", "control-plane-provisioned.md"}
 
 // syscallTable shows system calls per new connection, one column per proxy.
 func (r *Results) syscallTable(b *strings.Builder) {
