@@ -84,7 +84,11 @@ type env struct {
 	node *dpnode.Node
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv starts a step's cluster; platform adds the platform Gateway the shared shape's
+// tenants attach to. The one-tenant shape has none: its tenant renders a Gateway of its own,
+// and with provisioned data planes an unused Gateway would be one more data plane behind the
+// node's load balancer, which sends to every data plane alike.
+func newEnv(t *testing.T, platform bool) *env {
 	scheme, err := cluster.Scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +123,9 @@ func newEnv(t *testing.T) *env {
 		// What a cluster runs the provisioned data planes with: kube-controller-manager's
 		// Deployment and ReplicaSet controllers (the install's RBAC, the data plane's
 		// ClusterRole among it, is applied already), and the node: kubelet, scheduler and
-		// load balancer. The data planes reach the API
-		// server as an admin (their ServiceAccount's name is known only once provisioned);
-		// the audit log counts the controller's requests alone either way.
+		// load balancer. The data planes reach the API server as an admin (their
+		// ServiceAccount's name is known only once provisioned); the audit log counts the
+		// controller's requests alone either way.
 		kubetest.StartControllerManager(t, e.kc.Env, "deployment-controller", "replicaset-controller")
 		e.node = dpnode.Start(t, dpnode.Config{Client: e.cl, Ports: []int{redisPort},
 			Kubeconfig: adminKubeconfig(t, e.kc.Env, dir), Binary: e.bin, Image: dataPlaneImage,
@@ -135,8 +139,11 @@ func newEnv(t *testing.T) *env {
 	certFile, keyFile := cert.WriteFiles(t, dir)
 	e.backend.Start(t, e.bin, "echo", "--listen", fmt.Sprintf("%s:%d", e.backend.IP, backendPort), "--name", "db",
 		"--cert", certFile, "--key", keyFile)
+	e.create(&gwv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "snigate"}, Spec: gwv1.GatewayClassSpec{ControllerName: "snigate.dev/gateway-controller"}})
+	if !platform {
+		return e
+	}
 	e.create(
-		&gwv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "snigate"}, Spec: gwv1.GatewayClassSpec{ControllerName: "snigate.dev/gateway-controller"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "platform"}},
 		&gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "platform", Name: "shared"}, Spec: gwv1.GatewaySpec{
 			GatewayClassName: "snigate",

@@ -53,7 +53,7 @@ func TestControlPlaneScale(t *testing.T) {
 		if len(steps) == 0 {
 			t.Skip("not in this mode")
 		}
-		e := newEnv(t)
+		e := newEnv(t, true)
 		for i, n := range steps {
 			e.addTenants(n, 10, true)
 			results = append(results, e.measure(t, "shared", n*10, trials, "platform", "shared", i == len(steps)-1))
@@ -61,7 +61,7 @@ func TestControlPlaneScale(t *testing.T) {
 	})
 	if solo > 0 {
 		t.Run("one tenant", func(t *testing.T) {
-			e := newEnv(t)
+			e := newEnv(t, false)
 			e.addTenants(1, solo, false)
 			ns := tenantName(0)
 			results = append(results, e.measure(t, "one tenant", solo, trials, ns, ns, true))

@@ -25,7 +25,8 @@ const EndpointDelay = time.Second
 
 // Balancer is the node's load balancer: it listens at the Gateway's ports and sends each new
 // connection, round robin, to a Pod that was Ready and not terminating when it looked at the
-// API server EndpointDelay earlier (it looks every 250 ms), at the same port. It records
+// API server EndpointDelay earlier (it looks every 250 ms), at the same port. Every data
+// plane Pod is a target, whatever its Gateway: the node serves one Gateway's data planes. It records
 // where each connection went; a refused forward closes the client's connection, as a load
 // balancer without retries does.
 type Balancer struct {
