@@ -268,6 +268,17 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Provision != nil {
 		opts.Cache.ByObject = provision.CacheByObject()
 	}
+	if cfg.ReadOnly {
+		// A data plane must pick up changes within a second of the API server's return,
+		// sooner than client-go's watch retry backoff allows (recovery.go); the watchdog
+		// learns from the informers whether a watch broke.
+		probe, err := restProbe(cfg.REST)
+		if err != nil {
+			return nil, err
+		}
+		c.recovery = newRecovery(probe, cfg.Logger.With("component", "recovery"))
+		opts.Cache.DefaultWatchErrorHandler = c.recovery.watchFailed
+	}
 	if cfg.LeaseDuration > 0 {
 		opts.LeaseDuration = &cfg.LeaseDuration
 	}
@@ -425,17 +436,10 @@ func New(cfg Config) (*Controller, error) {
 		}
 	}
 	if cfg.ReadOnly {
-		// A data plane must pick up changes within a second of the API server's return,
-		// sooner than client-go's watch retry backoff allows (recovery.go).
-		probe, err := restProbe(cfg.REST)
-		if err != nil {
-			return nil, err
-		}
 		c.direct, err = directReader(cfg.REST, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 		if err != nil {
 			return nil, err
 		}
-		c.recovery = newRecovery(probe, cfg.Logger.With("component", "recovery"))
 		if err := mgr.Add(c.recovery); err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -23,6 +24,15 @@ import (
 // recoveryWindow and enqueues a translation at once and every 500 ms, so a change made
 // during the outage is served ~0.2–0.7 s after the return while the informers are still
 // backing off.
+//
+// Only an outage that broke a watch opens the window. A busy API server answers the probe
+// late too (at 10 000 exposures on two cores, /readyz took longer than probeTimeout while
+// the controller converged), and there the watches hold and the cache stays current; a
+// window then only made every reconcile list 10 000 objects of a struggling API server
+// within directTimeout, which failed, and kept failing while the slow probes kept the window
+// open: a data plane stopped applying changes for minutes (bench/cpscale.sh --provision). So
+// the informers report each broken watch (watchFailed, their WatchErrorHandler), and the
+// return opens a window only when a watch broke since the probes began to fail.
 //
 // During the window every reconcile reads directly, never from the cache, so a reconcile
 // from a cache that has not caught up yet cannot replace a newer snapshot with an older one.
@@ -50,6 +60,31 @@ type recovery struct {
 
 	mu    sync.Mutex
 	until time.Time // reads are direct until then
+	// brokeAt is when an informer's watch last failed (zero: never).
+	brokeAt time.Time
+}
+
+// watchFailed is the informers' WatchErrorHandler: it notes the broken watch, and logs it
+// as client-go's default handler does.
+func (r *recovery) watchFailed(ctx context.Context, rf *toolscache.Reflector, err error) {
+	r.watchBroke()
+	toolscache.DefaultWatchErrorHandler(ctx, rf, err)
+}
+
+// watchBroke notes that a watch failed now.
+func (r *recovery) watchBroke() {
+	r.mu.Lock()
+	r.brokeAt = time.Now()
+	r.mu.Unlock()
+}
+
+// brokeSince says whether a watch failed since the probes began to fail at failing, or just
+// before: a dropped connection breaks a watch at once, and the next probe fails up to an
+// interval and a timeout later.
+func (r *recovery) brokeSince(failing time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.brokeAt.IsZero() && r.brokeAt.After(failing.Add(-2*r.interval-probeTimeout))
 }
 
 // outageProbes consecutive failed probes mark the API server as unreachable.
@@ -110,12 +145,16 @@ func (r *recovery) Start(ctx context.Context) error {
 	defer t.Stop()
 	up := true
 	fails := 0
-	var polled time.Time
+	var polled, failing time.Time // failing: when the probes began to fail
 	for {
+		sent := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		err := r.probe(pctx)
 		cancel()
 		if err != nil {
+			if fails == 0 {
+				failing = sent
+			}
 			fails++
 		}
 		switch {
@@ -132,6 +171,11 @@ func (r *recovery) Start(ctx context.Context) error {
 			if r.direct() {
 				r.extend() // keep reading directly: the cache may be older than the snapshot
 			}
+		case !up && !r.brokeSince(failing) && !r.direct():
+			// Slow, not gone: every watch held, so the cache is as current as it can be.
+			fails = 0
+			up = true
+			r.log.Info("API server answering again; no watch broke, so the cache is current: no direct reads")
 		case !up:
 			fails = 0
 			up = true

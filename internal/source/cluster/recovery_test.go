@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// The watchdog reads directly from the first successful probe after a failure until the
-// window has passed, keeps reading directly while the API server is down again, and asks for
-// a translation at once on recovery and every poll interval meanwhile.
+// The watchdog reads directly from the first successful probe after an outage that broke a
+// watch until the window has passed, keeps reading directly while the API server is down
+// again, and asks for a translation at once on recovery and every poll interval meanwhile.
 func TestRecoveryWindow(t *testing.T) {
 	var down atomic.Bool
 	r := newRecovery(func(context.Context) error {
@@ -38,7 +38,9 @@ func TestRecoveryWindow(t *testing.T) {
 		t.Fatal("direct reads or a translation without an outage")
 	}
 	down.Store(true)
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(15 * time.Millisecond)
+	r.watchBroke()
+	time.Sleep(15 * time.Millisecond)
 	if r.direct() || kicked(30*time.Millisecond) {
 		t.Fatal("direct reads or a translation while down (the cache is the last view)")
 	}
@@ -107,12 +109,67 @@ func TestRecoveryIgnoresOneFailedProbe(t *testing.T) {
 		t.Fatal("a single failed probe asked for a translation")
 	default:
 	}
-	// Two in a row are an outage: the answer after them opens the window.
+	// Two in a row with a broken watch are an outage: the answer after them opens the
+	// window.
+	r.watchBroke()
 	blips.Store(2)
 	deadline := time.Now().Add(2 * time.Second)
 	for !r.direct() {
 		if time.Now().After(deadline) {
 			t.Fatal("two failed probes in a row and an answer opened no window")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An API server that answers the probe too slowly while every watch holds is busy, not gone:
+// the cache is current, and a window of direct lists would only load it more (at 10 000
+// exposures they could not finish in time, and a data plane applied nothing for minutes).
+// Once a watch breaks, the same failed probes are an outage.
+func TestRecoverySlowIsNoOutage(t *testing.T) {
+	var slow atomic.Bool
+	slow.Store(true)
+	r := newRecovery(func(context.Context) error {
+		if slow.Load() {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}, slog.New(slog.DiscardHandler))
+	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Start(ctx)
+	time.Sleep(60 * time.Millisecond) // a dozen slow answers
+	slow.Store(false)
+	time.Sleep(60 * time.Millisecond)
+	if r.direct() {
+		t.Fatal("slow answers without a broken watch opened a window of direct reads")
+	}
+	select {
+	case <-r.kick:
+		t.Fatal("slow answers without a broken watch asked for a translation")
+	default:
+	}
+	// A watch broken long before the probes failed is no part of this outage either.
+	r.watchBroke()
+	time.Sleep(2*r.interval + probeTimeout + 100*time.Millisecond)
+	slow.Store(true)
+	time.Sleep(60 * time.Millisecond)
+	slow.Store(false)
+	time.Sleep(60 * time.Millisecond)
+	if r.direct() {
+		t.Fatal("a watch that broke before this outage opened a window")
+	}
+	// The same failed probes with a watch broken meanwhile: an outage.
+	slow.Store(true)
+	time.Sleep(30 * time.Millisecond)
+	r.watchBroke()
+	time.Sleep(30 * time.Millisecond)
+	slow.Store(false)
+	deadline := time.Now().Add(2 * time.Second)
+	for !r.direct() {
+		if time.Now().After(deadline) {
+			t.Fatal("failed probes with a broken watch opened no window")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
