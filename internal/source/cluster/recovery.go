@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -32,7 +34,10 @@ import (
 // within directTimeout, which failed, and kept failing while the slow probes kept the window
 // open: a data plane stopped applying changes for minutes (bench/cpscale.sh --provision). So
 // the informers report each broken watch (watchFailed, their WatchErrorHandler), and the
-// return opens a window only when a watch broke since the probes began to fail.
+// return opens a window only when a probe found the API server gone (a refused connection,
+// unreachable) or a watch broke since the probes began to fail. A partition that only delays
+// answers opens none: its watches resume on their own streams, or, if their connections
+// died, are retried by client-go's backoff.
 //
 // During the window every reconcile reads directly, never from the cache, so a reconcile
 // from a cache that has not caught up yet cannot replace a newer snapshot with an older one.
@@ -85,6 +90,16 @@ func (r *recovery) brokeSince(failing time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return !r.brokeAt.IsZero() && r.brokeAt.After(failing.Add(-2*r.interval-probeTimeout))
+}
+
+// unreachable says whether a failed probe found the API server gone rather than slow: no
+// answer at all (a refused or reset connection), not a late one (the deadline) nor an answer
+// saying it is not ready. client-go's reflectors retry a refused watch inside their own loop
+// with backoff and never report it to the WatchErrorHandler, so a refused probe is the sign
+// that the watches are down with it.
+func unreachable(err error) bool {
+	var status apierrors.APIStatus
+	return !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &status)
 }
 
 // outageProbes consecutive failed probes mark the API server as unreachable.
@@ -146,6 +161,7 @@ func (r *recovery) Start(ctx context.Context) error {
 	up := true
 	fails := 0
 	var polled, failing time.Time // failing: when the probes began to fail
+	refused := false              // a probe of this streak got no answer at all (refused, reset)
 	for {
 		sent := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -153,9 +169,10 @@ func (r *recovery) Start(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			if fails == 0 {
-				failing = sent
+				failing, refused = sent, false
 			}
 			fails++
+			refused = refused || unreachable(err)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -171,7 +188,7 @@ func (r *recovery) Start(ctx context.Context) error {
 			if r.direct() {
 				r.extend() // keep reading directly: the cache may be older than the snapshot
 			}
-		case !up && !r.brokeSince(failing) && !r.direct():
+		case !up && !refused && !r.brokeSince(failing) && !r.direct():
 			// Slow, not gone: every watch held, so the cache is as current as it can be.
 			fails = 0
 			up = true

@@ -174,3 +174,30 @@ func TestRecoverySlowIsNoOutage(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A refused probe finds the API server gone, not slow: client-go's reflectors retry a refused
+// watch with backoff without reporting it, so the return opens the window without a
+// reported broken watch.
+func TestRecoveryRefusedIsOutage(t *testing.T) {
+	var down atomic.Bool
+	r := newRecovery(func(context.Context) error {
+		if down.Load() {
+			return errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		return nil
+	}, slog.New(slog.DiscardHandler))
+	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Start(ctx)
+	down.Store(true)
+	time.Sleep(60 * time.Millisecond)
+	down.Store(false)
+	deadline := time.Now().Add(2 * time.Second)
+	for !r.direct() {
+		if time.Now().After(deadline) {
+			t.Fatal("refused probes opened no window")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
