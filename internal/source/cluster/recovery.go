@@ -27,7 +27,7 @@ import (
 // during the outage is served ~0.2–0.7 s after the return while the informers are still
 // backing off.
 //
-// Only an outage that broke a watch opens the window. A busy API server answers the probe
+// Only an outage opens the window, not a busy API server. A busy one answers the probe
 // late too (at 10 000 exposures on two cores, /readyz took longer than probeTimeout while
 // the controller converged), and there the watches hold and the cache stays current; a
 // window then only made every reconcile list 10 000 objects of a struggling API server
