@@ -3,11 +3,14 @@ package render
 import (
 	"strings"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/resources"
 )
 
 // memo carries per-exposure work from one render to the next (Options.Previous). A cluster
@@ -23,6 +26,11 @@ type memo struct {
 	opts    renderOpts
 	// exposures are the accepted exposures' memos (exposurememo.go).
 	exposures map[nsName]*exposureMemo
+	// in and the cert-manager objects are the render's input, which the next compares its
+	// own with (changes.go).
+	in           *resources.Resources
+	issuers      []*cmv1.Issuer
+	certificates []*cmv1.Certificate
 }
 
 // checked is an exposure defaulted and validated.

@@ -193,6 +193,8 @@ func Render(in *resources.Resources, opts Options) *Result {
 	} else {
 		r.prev = newMemo()
 	}
+	r.changes = changesSince(r.prev, in, opts)
+	r.out.memo.in, r.out.memo.issuers, r.out.memo.certificates = in, opts.Issuers, opts.Certificates
 	tgws := slices.Clone(in.TenantGateways)
 	// At most one TenantGateway per namespace: the oldest wins, then the name.
 	slices.SortFunc(tgws, func(a, b *v1alpha1.TenantGateway) int {
@@ -288,6 +290,8 @@ type renderer struct {
 	// routes' (memo.go).
 	prev    *memo
 	recipes map[nsName]routeRecipe
+	// changes are the names whose objects changed since prev's input (changes.go).
+	changes changes
 	// exposures are the accepted-so-far DatabaseExposures of each TenantGateway
 	// (namespace, name), defaulted.
 	exposures map[[2]string][]exposureInput

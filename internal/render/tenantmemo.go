@@ -155,10 +155,11 @@ func (r *renderer) tenantHolds(m *tenantMemo) bool {
 	return true
 }
 
-// holds reports whether every answer a render got is still the answer.
+// holds reports whether every answer a render got is still the answer: asked again where
+// an object it is computed from changed (changes.go).
 func (r *renderer) holds(reads []read) bool {
 	for _, rd := range reads {
-		if !same(r.answer(rd.q), rd.answer) {
+		if r.changes.mayHaveChanged(rd.q) && !same(r.answer(rd.q), rd.answer) {
 			return false
 		}
 	}

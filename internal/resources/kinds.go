@@ -64,6 +64,8 @@ type Kind struct {
 	Set func(r *Resources, objs []Object)
 	// Add appends one object, of New's type.
 	Add func(r *Resources, obj Object)
+	// Diff is DiffSorted of the kind's objects in a and b.
+	Diff func(a, b *Resources, changed func(namespace, name string)) bool
 }
 
 // Kinds lists every kind snigate reads, in the order error messages name them.
@@ -140,6 +142,9 @@ func kind[T any, PT interface {
 		Add: func(r *Resources, obj Object) {
 			f := field(r)
 			*f = append(*f, obj.(PT))
+		},
+		Diff: func(a, b *Resources, changed func(namespace, name string)) bool {
+			return DiffSorted(*field(a), *field(b), changed)
 		},
 	}
 }

@@ -10,7 +10,10 @@
 package platform
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,4 +85,30 @@ func Exposure(ns, name string) *v1alpha1.DatabaseExposure {
 		Spec: v1alpha1.DatabaseExposureSpec{Engine: v1alpha1.EngineRedis, BackendRef: v1alpha1.DatabaseBackendRef{Name: "db", Port: 6379},
 			TrustAnchorRef: &v1alpha1.LocalRef{Name: "db-ca"}},
 	}
+}
+
+// Sort puts every kind of res in namespace/name order, the order the cluster source lists
+// them in (the render stage compares its input with the last one's in that order).
+func Sort(res *resources.Resources) {
+	for _, k := range resources.Kinds {
+		objs := k.Objects(res)
+		slices.SortFunc(objs, compare)
+		k.Set(res, objs)
+	}
+}
+
+// WithExposure is res and one more DatabaseExposure, in its place in namespace/name order,
+// as the cluster source lists a new one: res itself is not changed.
+func WithExposure(res *resources.Resources, x *v1alpha1.DatabaseExposure) *resources.Resources {
+	more := *res
+	at, _ := slices.BinarySearchFunc(res.DatabaseExposures, x, func(a, b *v1alpha1.DatabaseExposure) int { return compare(a, b) })
+	more.DatabaseExposures = slices.Insert(slices.Clip(res.DatabaseExposures), at, x)
+	return &more
+}
+
+func compare[T interface {
+	GetNamespace() string
+	GetName() string
+}](a, b T) int {
+	return cmp.Or(strings.Compare(a.GetNamespace(), b.GetNamespace()), strings.Compare(a.GetName(), b.GetName()))
 }
