@@ -187,24 +187,18 @@ func buildSnigate(t *testing.T, root, dir string) string {
 
 // controllerKubeconfig writes a kubeconfig that impersonates the install's ServiceAccount.
 func controllerKubeconfig(t *testing.T, e *envtest.Environment, dir string) string {
-	user, err := e.AddUser(envtest.User{Name: controllerAuthUser, Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	if err := kubetest.WriteKubeconfig(kc, kubetest.ControllerUser, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeKubeconfig(t, e, controllerAuthUser, kubetest.ControllerUser, filepath.Join(dir, "kubeconfig"))
 }
 
 // adminKubeconfig writes an admin's kubeconfig, for the provisioned data planes.
 func adminKubeconfig(t *testing.T, e *envtest.Environment, dir string) string {
-	user, err := e.AddUser(envtest.User{Name: "cpscale-dataplane", Groups: []string{"system:masters"}}, nil)
+	return writeKubeconfig(t, e, "cpscale-dataplane", "", filepath.Join(dir, "dataplane.kubeconfig"))
+}
+
+// writeKubeconfig writes to path the kubeconfig of a new user of e named name, an admin,
+// that impersonates impersonate ("": nobody).
+func writeKubeconfig(t *testing.T, e *envtest.Environment, name, impersonate, path string) string {
+	user, err := e.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +206,7 @@ func adminKubeconfig(t *testing.T, e *envtest.Environment, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "dataplane.kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
+	if err := kubetest.WriteKubeconfig(kc, impersonate, path); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -134,7 +134,6 @@ func toFloats(v []int) []float64 {
 // which bench/run.sh --render puts before the notes): how it was measured, the steps, and
 // the targets judged on the largest step of each shape.
 func Section(run Run, previous *Run) string {
-	steps := run.Steps
 	var b strings.Builder
 	b.WriteString("## 8. The control plane at scale\n\n")
 	b.WriteString("bench/cpscale.sh: a real kube-apiserver and etcd with the install's RBAC, `snigate controller`\n")
@@ -148,17 +147,23 @@ func Section(run Run, previous *Run) string {
 	b.WriteString("informer on the same API server seeing the same create and delete. Writes: the controller's\n")
 	b.WriteString("create, update, patch and delete requests for one new exposure, from the API server's audit log\n")
 	b.WriteString("(from the create until it served, and a second more).\n\n")
-	fmt.Fprintf(&b, "This run, %s, commit %s%s:\n\n", run.Time.Format("2006-01-02 15:04 MST"), or(run.Commit, "unknown"), memLimit(run))
-	b.WriteString(Markdown(steps))
-	b.WriteString("\n")
-	b.WriteString(targets(steps))
-	if previous != nil {
-		fmt.Fprintf(&b, "\nThe full run before it, %s, commit %s%s:\n\n", previous.Time.Format("2006-01-02 15:04 MST"), or(previous.Commit, "unknown"), memLimit(*previous))
-		b.WriteString(Markdown(previous.Steps))
-		b.WriteString("\n")
-		b.WriteString(targets(previous.Steps))
-	}
+	runs(&b, run, previous, "The full run before it")
 	return b.String()
+}
+
+// runs writes the tables and the targets of run, and of previous (if any) under before.
+func runs(b *strings.Builder, run Run, previous *Run, before string) {
+	one := func(title string, r Run) {
+		fmt.Fprintf(b, "%s, %s, commit %s%s:\n\n", title, r.Time.Format("2006-01-02 15:04 MST"), or(r.Commit, "unknown"), memLimit(r))
+		b.WriteString(Markdown(r.Steps))
+		b.WriteString("\n")
+		b.WriteString(targets(r.Steps))
+	}
+	one("This run", run)
+	if previous != nil {
+		b.WriteString("\n")
+		one(before, *previous)
+	}
 }
 
 // ProvisionedSection is the Markdown section of a run with provisioned data planes
@@ -175,16 +180,7 @@ func ProvisionedSection(run Run, previous *Run) string {
 	b.WriteString("assigns. A new exposure is served once its TLSRoute, written by the controller, has reached the\n")
 	b.WriteString("data plane through the API server. The controller's RSS and CPU are its own; the data planes' are\n")
 	b.WriteString("given below the table. No write floor (the data planes would watch its writes).\n\n")
-	fmt.Fprintf(&b, "This run, %s, commit %s%s:\n\n", run.Time.Format("2006-01-02 15:04 MST"), or(run.Commit, "unknown"), memLimit(run))
-	b.WriteString(Markdown(run.Steps))
-	b.WriteString("\n")
-	b.WriteString(targets(run.Steps))
-	if previous != nil {
-		fmt.Fprintf(&b, "\nThe run before it, %s, commit %s%s:\n\n", previous.Time.Format("2006-01-02 15:04 MST"), or(previous.Commit, "unknown"), memLimit(*previous))
-		b.WriteString(Markdown(previous.Steps))
-		b.WriteString("\n")
-		b.WriteString(targets(previous.Steps))
-	}
+	runs(&b, run, previous, "The run before it")
 	return b.String()
 }
 

@@ -14,16 +14,12 @@ import (
 // again, and asks for a translation at once on recovery and every poll interval meanwhile.
 func TestRecoveryWindow(t *testing.T) {
 	var down atomic.Bool
-	r := newRecovery(func(context.Context) error {
+	r := startRecovery(t, func() error {
 		if down.Load() {
 			return errors.New("down")
 		}
 		return nil
-	}, slog.New(slog.DiscardHandler))
-	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.Start(ctx)
+	})
 
 	kicked := func(within time.Duration) bool {
 		select {
@@ -76,6 +72,30 @@ func TestRecoveryWindow(t *testing.T) {
 	}
 }
 
+// startRecovery starts a watchdog whose probe is probe, with intervals short enough for a
+// test, stopped when the test ends.
+func startRecovery(t *testing.T, probe func() error) *recovery {
+	r := newRecovery(func(context.Context) error { return probe() }, slog.New(slog.DiscardHandler))
+	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.Start(ctx)
+	return r
+}
+
+// waitDirect waits up to two seconds for r to read directly, and fails with msg if it does
+// not.
+func waitDirect(t *testing.T, r *recovery, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for !r.direct() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func drain(r *recovery) {
 	for {
 		select {
@@ -90,16 +110,12 @@ func drain(r *recovery) {
 func TestRecoveryIgnoresOneFailedProbe(t *testing.T) {
 	var blips atomic.Int32
 	blips.Store(1)
-	r := newRecovery(func(context.Context) error {
+	r := startRecovery(t, func() error {
 		if blips.Add(-1) >= 0 {
 			return errors.New("slow answer")
 		}
 		return nil
-	}, slog.New(slog.DiscardHandler))
-	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.Start(ctx)
+	})
 	time.Sleep(60 * time.Millisecond)
 	if r.direct() {
 		t.Fatal("a single failed probe opened a recovery window")
@@ -113,13 +129,7 @@ func TestRecoveryIgnoresOneFailedProbe(t *testing.T) {
 	// window.
 	r.watchBroke()
 	blips.Store(2)
-	deadline := time.Now().Add(2 * time.Second)
-	for !r.direct() {
-		if time.Now().After(deadline) {
-			t.Fatal("two failed probes in a row and an answer opened no window")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitDirect(t, r, "two failed probes in a row and an answer opened no window")
 }
 
 // An API server that answers the probe too slowly while every watch holds is busy, not gone:
@@ -129,16 +139,12 @@ func TestRecoveryIgnoresOneFailedProbe(t *testing.T) {
 func TestRecoverySlowIsNoOutage(t *testing.T) {
 	var slow atomic.Bool
 	slow.Store(true)
-	r := newRecovery(func(context.Context) error {
+	r := startRecovery(t, func() error {
 		if slow.Load() {
 			return context.DeadlineExceeded
 		}
 		return nil
-	}, slog.New(slog.DiscardHandler))
-	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.Start(ctx)
+	})
 	time.Sleep(60 * time.Millisecond) // a dozen slow answers
 	slow.Store(false)
 	time.Sleep(60 * time.Millisecond)
@@ -166,13 +172,7 @@ func TestRecoverySlowIsNoOutage(t *testing.T) {
 	r.watchBroke()
 	time.Sleep(30 * time.Millisecond)
 	slow.Store(false)
-	deadline := time.Now().Add(2 * time.Second)
-	for !r.direct() {
-		if time.Now().After(deadline) {
-			t.Fatal("failed probes with a broken watch opened no window")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitDirect(t, r, "failed probes with a broken watch opened no window")
 }
 
 // A refused probe finds the API server gone, not slow: client-go's reflectors retry a refused
@@ -180,24 +180,14 @@ func TestRecoverySlowIsNoOutage(t *testing.T) {
 // reported broken watch.
 func TestRecoveryRefusedIsOutage(t *testing.T) {
 	var down atomic.Bool
-	r := newRecovery(func(context.Context) error {
+	r := startRecovery(t, func() error {
 		if down.Load() {
 			return errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
 		}
 		return nil
-	}, slog.New(slog.DiscardHandler))
-	r.interval, r.poll, r.window = 5*time.Millisecond, 20*time.Millisecond, 500*time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.Start(ctx)
+	})
 	down.Store(true)
 	time.Sleep(60 * time.Millisecond)
 	down.Store(false)
-	deadline := time.Now().Add(2 * time.Second)
-	for !r.direct() {
-		if time.Now().After(deadline) {
-			t.Fatal("refused probes opened no window")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitDirect(t, r, "refused probes opened no window")
 }
