@@ -77,13 +77,14 @@ func Build(tenants, per int, shared bool) *resources.Resources {
 }
 
 // Exposure is one more DatabaseExposure of Build's kind: Redis on Service db, in namespace
-// ns.
+// ns, with the defaults the API server applies on create (spec.tls.enabled).
 func Exposure(ns, name string) *v1alpha1.DatabaseExposure {
+	enabled := true
 	return &v1alpha1.DatabaseExposure{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("DatabaseExposure/" + ns + "/" + name),
 			CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))},
 		Spec: v1alpha1.DatabaseExposureSpec{Engine: v1alpha1.EngineRedis, BackendRef: v1alpha1.DatabaseBackendRef{Name: "db", Port: 6379},
-			TrustAnchorRef: &v1alpha1.LocalRef{Name: "db-ca"}},
+			TrustAnchorRef: &v1alpha1.LocalRef{Name: "db-ca"}, TLS: v1alpha1.DatabaseTLS{Enabled: &enabled}},
 	}
 }
 
