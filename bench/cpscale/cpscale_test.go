@@ -182,7 +182,7 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 		ns := e.randomTenant()
 		name := fmt.Sprintf("trial-%d", i)
 		h := hostname(ns, name)
-		gen := c.metric("snigate_config_generation")
+		gen := c.generation()
 		off, t0 := e.auditSize(), time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := e.cl.Create(ctx, exposure(ns, name)); err != nil {
@@ -212,7 +212,7 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 		st.Writes = append(st.Writes, total)
 		// Configurations applied for it: one, its route; its probe's verdict, which came
 		// meanwhile, changes a status and no configuration.
-		st.Generations = append(st.Generations, c.metric("snigate_config_generation")-gen)
+		st.Generations = append(st.Generations, c.generation()-gen)
 		// And gone again.
 		t1 := time.Now()
 		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
