@@ -49,7 +49,7 @@ func DiffSorted[PT interface {
 		case j == len(b):
 			c = -1
 		default:
-			c = compareKeys(a[i], b[j])
+			c = Compare(a[i], b[j])
 		}
 		switch {
 		case c < 0: // gone
@@ -69,7 +69,9 @@ func DiffSorted[PT interface {
 	return true
 }
 
-func compareKeys[T interface {
+// Compare orders objects by namespace, then name: the order the cluster source lists every
+// kind in, and the one DiffSorted expects.
+func Compare[T interface {
 	GetNamespace() string
 	GetName() string
 }](a, b T) int {
@@ -85,7 +87,7 @@ func sorted[T interface {
 	GetName() string
 }](objs []T) bool {
 	for i := 1; i < len(objs); i++ {
-		if compareKeys(objs[i-1], objs[i]) >= 0 {
+		if Compare(objs[i-1], objs[i]) >= 0 {
 			return false
 		}
 	}

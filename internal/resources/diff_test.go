@@ -70,7 +70,7 @@ func TestDiffSorted(t *testing.T) {
 				b = slices.Delete(slices.Clone(b), i, i+1)
 			default: // added, in its place
 				n := svc(fmt.Sprintf("ns-%d", rng.IntN(5)), fmt.Sprintf("n-%02d", rng.IntN(40)))
-				i, found := slices.BinarySearchFunc(b, n, compareKeys)
+				i, found := slices.BinarySearchFunc(b, n, Compare[*corev1.Service])
 				if !found {
 					b = slices.Insert(slices.Clone(b), i, n)
 				}

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"reflect"
 	"slices"
 
@@ -73,9 +72,7 @@ func (in *interner) intern(i int, objs []resources.Object, ownStatus, copyNew bo
 			changed = changed || p == nil || !resources.SameSpec(p, o, ownStatus)
 		}
 	}
-	slices.SortFunc(out, func(a, b resources.Object) int {
-		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
-	})
+	slices.SortFunc(out, resources.Compare) // the order render's change detection expects
 	for j, o := range out {
 		next[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}] = j
 	}

@@ -10,10 +10,8 @@
 package platform
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,7 +91,7 @@ func Exposure(ns, name string) *v1alpha1.DatabaseExposure {
 func Sort(res *resources.Resources) {
 	for _, k := range resources.Kinds {
 		objs := k.Objects(res)
-		slices.SortFunc(objs, compare)
+		slices.SortFunc(objs, resources.Compare)
 		k.Set(res, objs)
 	}
 }
@@ -102,14 +100,7 @@ func Sort(res *resources.Resources) {
 // as the cluster source lists a new one: res itself is not changed.
 func WithExposure(res *resources.Resources, x *v1alpha1.DatabaseExposure) *resources.Resources {
 	more := *res
-	at, _ := slices.BinarySearchFunc(res.DatabaseExposures, x, func(a, b *v1alpha1.DatabaseExposure) int { return compare(a, b) })
+	at, _ := slices.BinarySearchFunc(res.DatabaseExposures, x, resources.Compare)
 	more.DatabaseExposures = slices.Insert(slices.Clip(res.DatabaseExposures), at, x)
 	return &more
-}
-
-func compare[T interface {
-	GetNamespace() string
-	GetName() string
-}](a, b T) int {
-	return cmp.Or(strings.Compare(a.GetNamespace(), b.GetNamespace()), strings.Compare(a.GetName(), b.GetName()))
 }
