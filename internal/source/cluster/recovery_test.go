@@ -96,6 +96,20 @@ func waitDirect(t *testing.T, r *recovery, msg string) {
 	}
 }
 
+// noWindow fails if what happened (cause) opened a window of direct reads or asked for a
+// translation.
+func noWindow(t *testing.T, r *recovery, cause string) {
+	t.Helper()
+	if r.direct() {
+		t.Fatal(cause + " opened a window of direct reads")
+	}
+	select {
+	case <-r.kick:
+		t.Fatal(cause + " asked for a translation")
+	default:
+	}
+}
+
 func drain(r *recovery) {
 	for {
 		select {
@@ -117,14 +131,7 @@ func TestRecoveryIgnoresOneFailedProbe(t *testing.T) {
 		return nil
 	})
 	time.Sleep(60 * time.Millisecond)
-	if r.direct() {
-		t.Fatal("a single failed probe opened a recovery window")
-	}
-	select {
-	case <-r.kick:
-		t.Fatal("a single failed probe asked for a translation")
-	default:
-	}
+	noWindow(t, r, "a single failed probe")
 	// Two in a row with a broken watch are an outage: the answer after them opens the
 	// window.
 	r.watchBroke()
@@ -148,14 +155,7 @@ func TestRecoverySlowIsNoOutage(t *testing.T) {
 	time.Sleep(60 * time.Millisecond) // a dozen slow answers
 	slow.Store(false)
 	time.Sleep(60 * time.Millisecond)
-	if r.direct() {
-		t.Fatal("slow answers without a broken watch opened a window of direct reads")
-	}
-	select {
-	case <-r.kick:
-		t.Fatal("slow answers without a broken watch asked for a translation")
-	default:
-	}
+	noWindow(t, r, "slow answers without a broken watch")
 	// A watch broken long before the probes failed is no part of this outage either.
 	r.watchBroke()
 	time.Sleep(2*r.interval + probeTimeout + 100*time.Millisecond)
