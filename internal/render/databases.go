@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
@@ -120,11 +119,9 @@ func (r *renderer) assignExposures(tgws map[string]*v1alpha1.TenantGateway) {
 			r.refuseExposure(src, v1alpha1.ReasonInvalid, c.errs.ToAggregate().Error())
 			continue
 		}
-		if d.Spec.Release == "" {
-			if errs := validation.IsDNS1035Label(release); len(errs) > 0 {
-				r.refuseExposure(src, v1alpha1.ReasonInvalid, fmt.Sprintf("spec.release: the default, metadata.name %q, is not a DNS-1035 label (%s): set spec.release", release, strings.Join(errs, "; ")))
-				continue
-			}
+		if errs := c.releaseErrs; len(errs) > 0 {
+			r.refuseExposure(src, v1alpha1.ReasonInvalid, fmt.Sprintf("spec.release: the default, metadata.name %q, is not a DNS-1035 label (%s): set spec.release", release, strings.Join(errs, "; ")))
+			continue
 		}
 		var target *v1alpha1.TenantGateway
 		if ref := d.Spec.TenantGatewayRef; ref != nil {

@@ -6,6 +6,7 @@ import (
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -37,6 +38,9 @@ type memo struct {
 type checked struct {
 	d    *v1alpha1.DatabaseExposure // defaulted copy
 	errs field.ErrorList
+	// releaseErrs are those of metadata.name as the default release (a regular expression
+	// each, 10 000 a change when not kept).
+	releaseErrs []string
 }
 
 // routeRecipe is everything an exposure's route is built from (build.exposure).
@@ -80,6 +84,9 @@ func (r *renderer) check(src *v1alpha1.DatabaseExposure) checked {
 			d = src
 		}
 		c = checked{d: d, errs: d.Validate()}
+		if d.Spec.Release == "" {
+			c.releaseErrs = validation.IsDNS1035Label(d.Name)
+		}
 	}
 	r.out.memo.inputs[src] = c
 	return c

@@ -1,6 +1,8 @@
 package render
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -98,4 +100,54 @@ func Merge(t *testing.T, out *Result, res *resources.Resources, ns, name string)
 	}
 	t.Fatalf("no TLSRoute %s/%s merged", ns, name)
 	return nil
+}
+
+// matching walks two lists in namespace/name order side by side and indexes them otherwise:
+// both ways give every input object the rendered object of its name, whatever the lists.
+func TestMatching(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	routes := func(n int) []*gwv1.TLSRoute {
+		var out []*gwv1.TLSRoute
+		seen := map[[2]string]bool{}
+		for range n {
+			k := [2]string{fmt.Sprintf("ns-%d", rng.IntN(4)), fmt.Sprintf("r-%d", rng.IntN(8))}
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, &gwv1.TLSRoute{ObjectMeta: metav1.ObjectMeta{Namespace: k[0], Name: k[1]}})
+			}
+		}
+		return out
+	}
+	joined := 0
+	for range 2000 {
+		in, rendered := routes(rng.IntN(20)), routes(rng.IntN(20))
+		for _, l := range [][]*gwv1.TLSRoute{in, rendered} {
+			if rng.IntN(3) > 0 {
+				slices.SortFunc(l, resources.Compare)
+			} else {
+				rng.Shuffle(len(l), func(i, j int) { l[i], l[j] = l[j], l[i] })
+			}
+		}
+		if resources.Sorted(in) && resources.Sorted(rendered) {
+			joined++
+		}
+		got := matching(in, rendered)
+		for i, o := range in {
+			want := slices.IndexFunc(rendered, func(r *gwv1.TLSRoute) bool { return r.Namespace == o.Namespace && r.Name == o.Name })
+			if got[i] != want {
+				t.Fatalf("in %v, rendered %v: %s/%s matched %d, want %d", names(in), names(rendered), o.Namespace, o.Name, got[i], want)
+			}
+		}
+	}
+	if joined < 500 {
+		t.Fatalf("only %d of 2000 cases were walked in order", joined)
+	}
+}
+
+func names(l []*gwv1.TLSRoute) []string {
+	var s []string
+	for _, r := range l {
+		s = append(s, r.Namespace+"/"+r.Name)
+	}
+	return s
 }

@@ -37,7 +37,7 @@ func DiffSorted[PT interface {
 			return true
 		}
 	}
-	if !sorted(a) || !sorted(b) {
+	if !Sorted(a) || !Sorted(b) {
 		return false
 	}
 	i, j := 0, 0
@@ -81,8 +81,8 @@ func Compare[T interface {
 	return strings.Compare(a.GetName(), b.GetName())
 }
 
-// sorted reports whether objs are in strict namespace/name order.
-func sorted[T interface {
+// Sorted reports whether objs are in strict namespace/name order (Compare).
+func Sorted[T interface {
 	GetNamespace() string
 	GetName() string
 }](objs []T) bool {
