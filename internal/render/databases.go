@@ -552,10 +552,10 @@ func (r *renderer) routeNameInUseOf(d nsName, uid types.UID, sni bool) string {
 	kind := "TLSRoute"
 	var o metav1.Object
 	if sni {
-		if tr := r.idx.tlsRoutes[d]; tr != nil {
+		if tr := r.idx.tlsRoutes.get(d); tr != nil {
 			o = tr
 		}
-	} else if tr := r.idx.tcpRoutes[d]; tr != nil {
+	} else if tr := r.idx.tcpRoutes.get(d); tr != nil {
 		kind, o = "TCPRoute", tr
 	}
 	if o == nil {

@@ -1,6 +1,10 @@
 package render
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -15,24 +19,21 @@ import (
 // input each time, 1 000 tenants with 10 000 exposures made one render take seconds, and a
 // cluster renders on every change.
 type index struct {
-	gateways     map[nsName]*gwv1.Gateway
-	listenerSets map[nsName]*gwv1.ListenerSet
-	httpRoutes   map[nsName]*gwv1.HTTPRoute
-	tlsRoutes    map[nsName]*gwv1.TLSRoute
-	tcpRoutes    map[nsName]*gwv1.TCPRoute
-	secrets      map[nsName]*corev1.Secret
-	anchors      map[nsName]*v1alpha1.TrustAnchor
-	issuers      map[nsName]*cmv1.Issuer
-	certificates map[nsName]*cmv1.Certificate
+	gateways     *table[*gwv1.Gateway]
+	listenerSets *table[*gwv1.ListenerSet]
+	httpRoutes   *table[*gwv1.HTTPRoute]
+	tlsRoutes    *table[*gwv1.TLSRoute]
+	tcpRoutes    *table[*gwv1.TCPRoute]
+	secrets      *table[*corev1.Secret]
+	anchors      *table[*v1alpha1.TrustAnchor]
+	issuers      *table[*cmv1.Issuer]
+	certificates *table[*cmv1.Certificate]
 	namespaces   map[string]*corev1.Namespace
 	// services are looked up for spec.members (a member whose Service is missing says so);
 	// exposures, for a member route's name that an exposure of that name holds.
-	services  map[nsName]*corev1.Service
-	exposures map[nsName]*v1alpha1.DatabaseExposure
+	services  *table[*corev1.Service]
+	exposures *table[*v1alpha1.DatabaseExposure]
 
-	// The routes of each namespace, in input order.
-	httpIn map[string][]*gwv1.HTTPRoute
-	tlsIn  map[string][]*gwv1.TLSRoute
 	// The namespaces labelled snigate.dev/gateway=<key>, in input order.
 	labelled map[string][]*corev1.Namespace
 	// The ListenerSets of the input on each Gateway (namespace/name), in input order.
@@ -64,20 +65,18 @@ func byName[T interface {
 
 func newIndex(in *resources.Resources, opts Options) *index {
 	x := &index{
-		gateways:     byName(in.Gateways),
-		listenerSets: byName(in.ListenerSets),
-		httpRoutes:   byName(in.HTTPRoutes),
-		tlsRoutes:    byName(in.TLSRoutes),
-		tcpRoutes:    byName(in.TCPRoutes),
-		secrets:      byName(in.Secrets),
-		anchors:      byName(in.TrustAnchors),
-		issuers:      byName(opts.Issuers),
-		certificates: byName(opts.Certificates),
+		gateways:     newTable(in.Gateways),
+		listenerSets: newTable(in.ListenerSets),
+		httpRoutes:   newTable(in.HTTPRoutes),
+		tlsRoutes:    newTable(in.TLSRoutes),
+		tcpRoutes:    newTable(in.TCPRoutes),
+		secrets:      newTable(in.Secrets),
+		anchors:      newTable(in.TrustAnchors),
+		issuers:      newTable(opts.Issuers),
+		certificates: newTable(opts.Certificates),
 		namespaces:   make(map[string]*corev1.Namespace, len(in.Namespaces)),
-		services:     byName(in.Services),
-		exposures:    byName(in.DatabaseExposures),
-		httpIn:       map[string][]*gwv1.HTTPRoute{},
-		tlsIn:        map[string][]*gwv1.TLSRoute{},
+		services:     newTable(in.Services),
+		exposures:    newTable(in.DatabaseExposures),
 		labelled:     map[string][]*corev1.Namespace{},
 		setsOn:       map[nsName][]*gwv1.ListenerSet{},
 	}
@@ -87,16 +86,75 @@ func newIndex(in *resources.Resources, opts Options) *index {
 			x.labelled[g] = append(x.labelled[g], ns)
 		}
 	}
-	for _, h := range in.HTTPRoutes {
-		x.httpIn[h.Namespace] = append(x.httpIn[h.Namespace], h)
-	}
-	for _, t := range in.TLSRoutes {
-		x.tlsIn[t.Namespace] = append(x.tlsIn[t.Namespace], t)
-	}
 	for _, ls := range in.ListenerSets {
 		x.setsOn[parentOf(ls)] = append(x.setsOn[parentOf(ls)], ls)
 	}
 	return x
+}
+
+// table finds a kind's objects by namespace and name, and by namespace. A list in
+// namespace/name order, as the cluster source lists every kind, is searched where it lies;
+// another (files) is indexed by maps the first time it is asked. Why: built as maps on
+// every render, the index of 10 000 routes and exposures was a tenth of a change's render
+// in a cluster, where a change asks for a handful of them.
+type table[T interface {
+	comparable
+	GetNamespace() string
+	GetName() string
+}] struct {
+	objs   []T
+	sorted bool
+	byName map[nsName]T
+	byNS   map[string][]T
+}
+
+func newTable[T interface {
+	comparable
+	GetNamespace() string
+	GetName() string
+}](objs []T) *table[T] {
+	return &table[T]{objs: objs, sorted: resources.Sorted(objs)}
+}
+
+// get is the object named k (the first of that name, as a scan would find), or the zero T.
+func (t *table[T]) get(k nsName) T {
+	if t.sorted {
+		i, ok := slices.BinarySearchFunc(t.objs, k, func(o T, k nsName) int {
+			return cmp.Or(strings.Compare(o.GetNamespace(), k.namespace), strings.Compare(o.GetName(), k.name))
+		})
+		if ok {
+			return t.objs[i]
+		}
+		var none T
+		return none
+	}
+	if t.byName == nil {
+		t.byName = byName(t.objs)
+	}
+	return t.byName[k]
+}
+
+// in is the objects of namespace ns, in input order; nil when none. The result is not to
+// be appended to.
+func (t *table[T]) in(ns string) []T {
+	if t.sorted {
+		i, _ := slices.BinarySearchFunc(t.objs, ns, func(o T, ns string) int { return strings.Compare(o.GetNamespace(), ns) })
+		j := i
+		for j < len(t.objs) && t.objs[j].GetNamespace() == ns {
+			j++
+		}
+		if i == j {
+			return nil
+		}
+		return t.objs[i:j:j]
+	}
+	if t.byNS == nil {
+		t.byNS = map[string][]T{}
+		for _, o := range t.objs {
+			t.byNS[o.GetNamespace()] = append(t.byNS[o.GetNamespace()], o)
+		}
+	}
+	return t.byNS[ns]
 }
 
 // parentOf is the Gateway a ListenerSet names (its parentRef's namespace defaults to its

@@ -130,10 +130,10 @@ func (r *renderer) memberRouteInUse(d *v1alpha1.DatabaseExposure, name string) s
 // memberRouteInUseOf is memberRouteInUse for exposure d with UID uid.
 func (r *renderer) memberRouteInUseOf(d nsName, uid types.UID, name string) string {
 	key := nsName{d.namespace, name}
-	if r.idx.exposures[key] != nil {
+	if r.idx.exposures.get(key) != nil {
 		return fmt.Sprintf("route name %s is DatabaseExposure %s/%s's (an exposure's route has its name): rename the member", name, d.namespace, name)
 	}
-	if tr := r.idx.tlsRoutes[key]; tr != nil {
+	if tr := r.idx.tlsRoutes.get(key); tr != nil {
 		ref := metav1.GetControllerOf(tr)
 		if ref == nil || ref.Kind != "DatabaseExposure" || ref.Name != d.name || (uid != "" && ref.UID != uid) {
 			return fmt.Sprintf("TLSRoute %s/%s exists and is not this DatabaseExposure's: rename one of them", d.namespace, name)
@@ -149,7 +149,7 @@ func (r *renderer) backendMissing(ns string, ref v1alpha1.DatabaseBackendRef) st
 
 // backendMissingOf is backendMissing for Service key and port.
 func (r *renderer) backendMissingOf(key nsName, port int32) string {
-	s := r.idx.services[key]
+	s := r.idx.services.get(key)
 	if s == nil {
 		return fmt.Sprintf("Service %s/%s not found: the member's route is published and serves once it exists", key.namespace, key.name)
 	}

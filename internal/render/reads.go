@@ -92,15 +92,15 @@ func (r *renderer) answer(q question) any {
 	x := r.idx
 	switch q.kind {
 	case qForeignGateway:
-		return foreign(x.gateways[q.key], q)
+		return foreign(x.gateways.get(q.key), q)
 	case qForeignListenerSet:
-		return foreign(x.listenerSets[q.key], q)
+		return foreign(x.listenerSets.get(q.key), q)
 	case qForeignHTTPRoute:
-		return foreign(x.httpRoutes[q.key], q)
+		return foreign(x.httpRoutes.get(q.key), q)
 	case qForeignIssuer:
-		return foreign(x.issuers[q.key], q)
+		return foreign(x.issuers.get(q.key), q)
 	case qForeignCertificate:
-		return foreign(x.certificates[q.key], q)
+		return foreign(x.certificates.get(q.key), q)
 	case qRouteInUse:
 		return r.routeNameInUseOf(q.owner, q.uid, q.flag)
 	case qMemberRouteInUse:
@@ -108,20 +108,20 @@ func (r *renderer) answer(q question) any {
 	case qBackendMissing:
 		return r.backendMissingOf(q.key, q.port)
 	case qAnchorRelease:
-		if a := x.anchors[q.key]; a != nil && a.Spec.Release != "" {
+		if a := x.anchors.get(q.key); a != nil && a.Spec.Release != "" {
 			return a.Spec.Release
 		}
 		return q.key.name
 	case qSecretExists:
-		return x.secrets[q.key] != nil
+		return x.secrets.get(q.key) != nil
 	case qWildcardSecret:
 		s, reason, msg := r.wildcardSecretOf(q.owner.namespace, q.key.namespace, q.key.name)
 		return wildcard{s, reason, msg}
 	case qHTTPRoutes:
-		return x.httpIn[q.key.namespace]
+		return x.httpRoutes.in(q.key.namespace)
 	case qClaimTLSRoutes:
 		var out []*gwv1.TLSRoute
-		for _, tr := range x.tlsIn[q.key.namespace] {
+		for _, tr := range x.tlsRoutes.in(q.key.namespace) {
 			if tr.Labels[LabelTenantGateway] != q.owner.name && attachesTo(tr.Namespace, tr.Spec.ParentRefs, q.owner, q.flag) {
 				out = append(out, tr)
 			}
@@ -130,7 +130,7 @@ func (r *renderer) answer(q question) any {
 	case qLabelled:
 		return x.labelled[q.key.namespace]
 	case qCertificateSecret:
-		if c := x.certificates[q.key]; c != nil {
+		if c := x.certificates.get(q.key); c != nil {
 			return c.Spec.SecretName
 		}
 		return ""

@@ -457,7 +457,7 @@ func (r *renderer) sharedBudgets() {
 			continue
 		}
 		c := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionListenerBudget)
-		gw := r.idx.gateways[parentOf(tn.set)]
+		gw := r.idx.gateways.get(parentOf(tn.set))
 		if c == nil || gw == nil || !translate.IsParent(tn.set, gw) {
 			continue
 		}
@@ -572,7 +572,7 @@ func (r *renderer) wildcardSecretOf(tns, ns, name string) (secret *corev1.Secret
 			"spec.certificates.wildcardSecretRef: Secret %s/%s is in another namespace and no ReferenceGrant in %s allows Gateways from %s to reference it: the HTTPS listeners serve nothing",
 			ns, name, ns, tns)
 	}
-	if s := r.idx.secrets[nsName{ns, name}]; s != nil {
+	if s := r.idx.secrets.get(nsName{ns, name}); s != nil {
 		if s.Type != corev1.SecretTypeTLS || len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
 			return nil, v1alpha1.ReasonInvalidSecret, fmt.Sprintf("spec.certificates.wildcardSecretRef: Secret %s/%s is type %q; want %s with %s and %s",
 				ns, name, s.Type, corev1.SecretTypeTLS, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)

@@ -1,0 +1,58 @@
+package render
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/snigate/snigate/internal/resources"
+)
+
+// A table answers as a scan of its list would, searched in place or indexed.
+func TestTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	searched := 0
+	for range 2000 {
+		var objs []*gwv1.TLSRoute
+		for range rng.IntN(20) {
+			objs = append(objs, &gwv1.TLSRoute{ObjectMeta: metav1.ObjectMeta{
+				Namespace: fmt.Sprintf("ns-%d", rng.IntN(4)), Name: fmt.Sprintf("r-%d", rng.IntN(6))}})
+		}
+		if rng.IntN(3) > 0 {
+			slices.SortFunc(objs, resources.Compare)
+		}
+		tb := newTable(objs)
+		if tb.sorted {
+			searched++
+		}
+		for ns := range 5 {
+			n := fmt.Sprintf("ns-%d", ns)
+			var want []*gwv1.TLSRoute
+			for _, o := range objs {
+				if o.Namespace == n {
+					want = append(want, o)
+				}
+			}
+			if got := tb.in(n); !slices.Equal(got, want) || (got == nil) != (want == nil) {
+				t.Fatalf("%v: in(%s) = %v, want %v", names(objs), n, names(got), names(want))
+			}
+			for name := range 7 {
+				k := nsName{n, fmt.Sprintf("r-%d", name)}
+				var want *gwv1.TLSRoute
+				if i := slices.IndexFunc(objs, func(o *gwv1.TLSRoute) bool { return keyOf(o) == k }); i >= 0 {
+					want = objs[i]
+				}
+				if got := tb.get(k); got != want {
+					t.Fatalf("%v: get(%v) = %p, want %p", names(objs), k, got, want)
+				}
+			}
+		}
+	}
+	if searched < 500 {
+		t.Fatalf("only %d of 2000 lists were searched in place", searched)
+	}
+}
