@@ -118,6 +118,9 @@ type Runner struct {
 	anchors    *trustanchor.Result // the last TrustAnchor projection (standalone: status only)
 	// probePools keeps the probe targets' parsed CA bundles from one run to the next (r.mu).
 	probePools render.Pools
+	// verdicts makes the probes' verdicts into the render's, the same map while none
+	// changed (r.mu).
+	verdicts   render.VerdictCache
 	last       *resources.Resources // the last input Run was given (Refresh runs it again)
 	translated *resources.Resources // what the serving snapshot was translated from
 
@@ -279,7 +282,7 @@ func (r *Runner) run(res *resources.Resources) error {
 		ro := r.cfg.RenderOptions
 		ro.Previous, ro.Now = r.rendered, opts.Now
 		if r.cfg.Probes != nil {
-			ro.Probes = render.Verdicts(r.cfg.Probes.Results())
+			ro.Probes = r.verdicts.Of(r.cfg.Probes)
 		}
 		if r.cfg.RenderInputs != nil {
 			r.cfg.RenderInputs(&ro)

@@ -3,11 +3,14 @@ package pipeline
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/snigate/snigate/api/v1alpha1"
+	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/render"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil/platform"
@@ -18,10 +21,16 @@ var benchNow = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 
 func now() metav1.Time { return benchNow }
 
+// verdicts are a probe's results that do not change (render.VerdictSource).
+type verdicts struct{ results map[probe.Key]probe.Result }
+
+func (v *verdicts) Version() uint64                     { return 1 }
+func (v *verdicts) Results() map[probe.Key]probe.Result { return maps.Clone(v.results) }
+
 // BenchmarkRunChange is what one change costs a cluster's controller in the pipeline: one
 // more exposure on the first tenant (in its place in namespace/name order, as the cluster
 // lists it), rendered, translated, completed and applied, with every earlier run's memos
-// (bench/cpscale's shapes, in memory).
+// (bench/cpscale's shapes, in memory), every exposure's certificate probed.
 func BenchmarkRunChange(b *testing.B) {
 	for _, c := range platform.Shapes {
 		b.Run(c.Name, func(b *testing.B) {
@@ -30,8 +39,17 @@ func BenchmarkRunChange(b *testing.B) {
 			res.ListenerSets = append(res.ListenerSets, first.ListenerSets...)
 			res.TLSRoutes = append(res.TLSRoutes, first.TLSRoutes...)
 			platform.Sort(res) // as the cluster lists them
+			// Every exposure probed and verified, its verdict read as the controller reads
+			// it (the tenant applier's renderInputs).
+			verdicts := &verdicts{results: map[probe.Key]probe.Result{}}
+			for _, x := range res.DatabaseExposures {
+				verdicts.results[probe.Key{x.Namespace, x.Name}] = probe.Result{Reason: v1alpha1.ReasonVerified, Message: "verified",
+					Endpoints: []probe.EndpointResult{{Address: "10.0.0.1:6379", Result: probe.Result{Reason: v1alpha1.ReasonVerified}}}}
+			}
+			var cache render.VerdictCache
 			r, err := New(Config{Render: true, Cluster: true, RenderOptions: render.Options{CertManager: true}, Translate: translate.Options{Now: now},
-				Apply: func(*snapshot.Snapshot) error { return nil }, Logger: slog.New(slog.DiscardHandler)})
+				RenderInputs: func(o *render.Options) { o.Probes = cache.Of(verdicts) },
+				Apply:        func(*snapshot.Snapshot) error { return nil }, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -79,6 +79,9 @@ type Runner struct {
 	// serving its Expected certificate: the next one comes after Retry << retries (at most
 	// Interval).
 	retries map[Key]int
+	// version counts the changes of results' verdicts (record's report, a result dropped):
+	// a reader that converted the results at one version need not again (Version).
+	version uint64
 
 	// next is when the next connection may start (the MaxRate limit).
 	rateMu sync.Mutex
@@ -170,6 +173,9 @@ func (r *Runner) Set(targets map[Key]Target) {
 	}
 	for k := range r.targets {
 		if _, ok := targets[k]; !ok {
+			if _, had := r.results[k]; had {
+				r.version++
+			}
 			delete(r.results, k)
 			delete(r.dueAt, k)
 			delete(r.retries, k)
@@ -193,6 +199,15 @@ func (r *Runner) Results() map[Key]Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.results)
+}
+
+// Version changes whenever a verdict in Results does (a result's reason, message,
+// certificate or endpoints; a result dropped), and only then: read before Results, it
+// tells whether what was made of an earlier Results still holds.
+func (r *Runner) Version() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.version
 }
 
 // Run probes until ctx is done, and returns once its probes have.
@@ -359,7 +374,17 @@ func (r *Runner) record(k Key, t Target, res Result) bool {
 			r.opts.Expiry.DeleteLabelValues(k[0], k[1])
 		}
 	}
-	return !had || old.Reason != res.Reason || old.Message != res.Message || !sameCert(old, res) || !sameEndpoints(old, res)
+	changed := !had || !SameVerdict(old, res)
+	if changed {
+		r.version++
+	}
+	return changed
+}
+
+// SameVerdict reports whether a and b say the same of a target: reason, message, and the
+// certificate each endpoint served.
+func SameVerdict(a, b Result) bool {
+	return a.Reason == b.Reason && a.Message == b.Message && sameCert(a, b) && sameEndpoints(a, b)
 }
 
 // endpointResults are res's endpoints, or res alone when it has none.

@@ -49,8 +49,15 @@ func TestRunner(t *testing.T) {
 		return map[Key]Target{key: {Address: addr, Start: engine.DirectTLS, SNI: "db.example.test", Hostnames: []string{"db.example.test"}, Roots: ca.Pool()}}
 	}
 
+	if v := r.Version(); v != 0 {
+		t.Fatalf("version %d before any result", v)
+	}
 	r.Set(target(goodBackend.addr))
 	wait("a new target")
+	v1 := r.Version()
+	if v1 == 0 {
+		t.Error("a first verdict left the version as it was")
+	}
 	if got := r.Results()[key]; got.Reason != v1alpha1.ReasonVerified || got.Certificate.Serial != good.SerialHex() {
 		t.Fatalf("first probe: %+v", got)
 	}
@@ -64,6 +71,9 @@ func TestRunner(t *testing.T) {
 	if n := changes.Load(); n != 1 {
 		t.Errorf("%d changes for an unchanged verdict, want 1", n)
 	}
+	if v := r.Version(); v != v1 {
+		t.Errorf("version %d after probes that found the same, want %d", v, v1)
+	}
 
 	// A changed target (the backend moved) is probed at once: MissingDNSNames.
 	r.Set(target(badBackend.addr))
@@ -71,8 +81,15 @@ func TestRunner(t *testing.T) {
 	if got := r.Results()[key]; got.Reason != v1alpha1.ReasonMissingDNSNames {
 		t.Fatalf("after the move: %+v", got)
 	}
+	v2 := r.Version()
+	if v2 == v1 {
+		t.Error("a changed verdict left the version as it was")
+	}
 
 	r.Set(nil)
+	if r.Version() == v2 {
+		t.Error("a dropped result left the version as it was")
+	}
 	if _, ok := r.Results()[key]; ok || testutil.CollectAndCount(expiry) != 0 {
 		t.Errorf("a removed target keeps its result or metric (%d series)", testutil.CollectAndCount(expiry))
 	}

@@ -26,10 +26,14 @@ type changes struct {
 	cluster    bool
 	keys       map[nsName]struct{}
 	namespaces map[string]struct{}
+	// probes are the probe verdicts that changed (verdicts.go); allProbes, when they could
+	// not be told (a map not made by a VerdictCache).
+	probes    map[[2]string]struct{}
+	allProbes bool
 }
 
-// changesSince compares in (and the cert-manager objects of opts) with the input of the
-// render prev remembers.
+// changesSince compares in (and the cert-manager objects and probe verdicts of opts) with
+// the input of the render prev remembers.
 func changesSince(prev *memo, in *resources.Resources, opts Options) changes {
 	if prev.in == nil {
 		return changes{}
@@ -51,6 +55,9 @@ func changesSince(prev *memo, in *resources.Resources, opts Options) changes {
 	if !resources.DiffSorted(prev.issuers, opts.Issuers, mark) || !resources.DiffSorted(prev.certificates, opts.Certificates, mark) {
 		return changes{}
 	}
+	var ok bool
+	c.probes, ok = probeChanges(prev.probes, opts.Probes)
+	c.allProbes = !ok
 	return c
 }
 
@@ -63,7 +70,11 @@ func (c *changes) mayHaveChanged(q question) bool {
 	var hit bool
 	switch q.kind {
 	case qProbe:
-		return true // a verdict, not an object: looked up again (one map lookup)
+		// A verdict, not an object: changed by identity (probeChanges).
+		if c.allProbes {
+			return true
+		}
+		_, hit = c.probes[[2]string{q.key.namespace, q.key.name}]
 	case qLabelled:
 		return c.cluster
 	case qHTTPRoutes, qClaimTLSRoutes, qWildcardSecret:

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -58,11 +59,15 @@ func TestMemberVerdicts(t *testing.T) {
 		t.Errorf("the bootstrap route's endpoints %+v", x.Status.Endpoints)
 	}
 
+	// A new map for new verdicts, as a VerdictCache makes (Options.Probes is not changed
+	// once given).
+	probes = maps.Clone(probes)
 	probes[[2]string{"acme", "events.broker-1"}] = verified()
 	third, _ := run(res, Options{Now: now, Previous: second, Probes: probes})
 	if c := meta.FindStatusCondition(exposureStatus(t, third, "events").Status.Conditions, v1alpha1.ConditionCertificateVerified); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("every route verified: CertificateVerified %+v", c)
 	}
+	probes = maps.Clone(probes)
 	delete(probes, [2]string{"acme", "events.broker-2"})
 	fourth, _ := run(res, Options{Now: now, Previous: third, Probes: probes})
 	if c := meta.FindStatusCondition(exposureStatus(t, fourth, "events").Status.Conditions, v1alpha1.ConditionCertificateVerified); c == nil ||

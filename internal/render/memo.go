@@ -32,6 +32,7 @@ type memo struct {
 	in           *resources.Resources
 	issuers      []*cmv1.Issuer
 	certificates []*cmv1.Certificate
+	probes       map[[2]string]Probe
 }
 
 // checked is an exposure defaulted and validated.

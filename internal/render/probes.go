@@ -9,7 +9,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/engine"
 	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/resources"
@@ -100,23 +99,6 @@ func (p *Pools) keepOnly(used map[types.NamespacedName]*x509.CertPool) {
 			delete(p.m, key)
 		}
 	}
-}
-
-// Verdicts turns the probe's results into Options.Probes.
-func Verdicts(results map[probe.Key]probe.Result) map[[2]string]Probe {
-	out := make(map[[2]string]Probe, len(results))
-	for k, r := range results {
-		p := Probe{Reason: r.Reason, Message: r.Message, Certificate: r.Certificate}
-		for _, e := range r.Endpoints {
-			ec := v1alpha1.EndpointCertificate{Address: e.Address, Reason: e.Reason}
-			if c := e.Certificate; c != nil {
-				ec.Serial, ec.NotAfter = c.Serial, c.NotAfter.DeepCopy()
-			}
-			p.Endpoints = append(p.Endpoints, ec)
-		}
-		out[k] = p
-	}
-	return out
 }
 
 // AnchorsInUse is, per TrustAnchor, the certificates its exposures' backends served at their

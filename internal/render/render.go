@@ -122,7 +122,9 @@ type Options struct {
 	Issuers      []*cmv1.Issuer
 	Certificates []*cmv1.Certificate
 	// Probes are the latest certificate probes of the DatabaseExposures, by namespace and
-	// name: their verdicts become CertificateVerified.
+	// name: their verdicts become CertificateVerified. A map once given is not changed: a
+	// VerdictCache gives the same map again only while no verdict changed, and a render
+	// with Previous takes the same map for the same verdicts (verdicts.go).
 	Probes map[[2]string]Probe
 }
 
@@ -194,7 +196,7 @@ func Render(in *resources.Resources, opts Options) *Result {
 		r.prev = newMemo()
 	}
 	r.changes = changesSince(r.prev, in, opts)
-	r.out.memo.in, r.out.memo.issuers, r.out.memo.certificates = in, opts.Issuers, opts.Certificates
+	r.out.memo.in, r.out.memo.issuers, r.out.memo.certificates, r.out.memo.probes = in, opts.Issuers, opts.Certificates, opts.Probes
 	tgws := slices.Clone(in.TenantGateways)
 	// At most one TenantGateway per namespace: the oldest wins, then the name.
 	slices.SortFunc(tgws, func(a, b *v1alpha1.TenantGateway) int {

@@ -74,6 +74,9 @@ type tenantApplier struct {
 	probes *probe.Runner
 	// probePools keeps the probe targets' parsed CA bundles from one pass to the next.
 	probePools render.Pools
+	// verdicts makes the probes' verdicts into the render's, the same map while none
+	// changed (renderInputs is called by the pipeline's runs, one at a time).
+	verdicts render.VerdictCache
 	// events records the TrustAnchors' warnings (a name held by someone else) as Warning
 	// events on them; nil records nothing.
 	events events.EventRecorder
@@ -122,7 +125,7 @@ func (a *tenantApplier) Publish(res *resources.Resources, rendered *render.Resul
 // status).
 func (a *tenantApplier) renderInputs(ctx context.Context, o *render.Options) error {
 	o.CertManager = a.certManager
-	o.Probes = render.Verdicts(a.probes.Results())
+	o.Probes = a.verdicts.Of(a.probes)
 	if !a.certManager {
 		o.NoCertManagerReason = v1alpha1.ReasonCertManagerNotInstalled
 		return nil
