@@ -66,8 +66,21 @@ type routeMemo struct {
 	tcp    *gwv1.TCPRoute
 }
 
-func newMemo() *memo {
-	return &memo{inputs: map[*v1alpha1.DatabaseExposure]checked{}, routes: map[nsName]routeMemo{}, tenants: map[nsName]*tenantMemo{}, exposures: map[nsName]*exposureMemo{}}
+func newMemo() *memo { return sizedMemo(nil, 0) }
+
+// sizedMemo is a memo whose maps are made for as many entries as prev's (and exposures
+// inputs): filled on every render, 10 000 entries each, grown from empty they were rehashed
+// a dozen times and left twice their size in garbage.
+func sizedMemo(prev *memo, exposures int) *memo {
+	m := &memo{inputs: make(map[*v1alpha1.DatabaseExposure]checked, exposures)}
+	if prev == nil {
+		m.routes, m.tenants, m.exposures = map[nsName]routeMemo{}, map[nsName]*tenantMemo{}, map[nsName]*exposureMemo{}
+		return m
+	}
+	m.routes = make(map[nsName]routeMemo, len(prev.routes))
+	m.tenants = make(map[nsName]*tenantMemo, len(prev.tenants))
+	m.exposures = make(map[nsName]*exposureMemo, len(prev.exposures))
+	return m
 }
 
 // check defaults and validates src, or takes what the previous render found.

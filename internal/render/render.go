@@ -188,13 +188,13 @@ func Render(in *resources.Resources, opts Options) *Result {
 	}
 	r := &renderer{in: in, opts: opts, idx: newIndex(in, opts), certNames: map[nsName][]string{},
 		recipes: make(map[nsName]routeRecipe, len(in.DatabaseExposures))}
-	// Sized once: an Exposure is large, and there may be 10 000.
-	r.out = &Result{memo: newMemo(), Exposures: make([]Exposure, 0, len(in.DatabaseExposures)), TLSRoutes: make([]*gwv1.TLSRoute, 0, len(in.DatabaseExposures))}
 	if opts.Previous != nil && opts.Previous.memo != nil {
 		r.prev = opts.Previous.memo
 	} else {
 		r.prev = newMemo()
 	}
+	// Sized once: an Exposure is large, and there may be 10 000.
+	r.out = &Result{memo: sizedMemo(r.prev, len(in.DatabaseExposures)), Exposures: make([]Exposure, 0, len(in.DatabaseExposures)), TLSRoutes: make([]*gwv1.TLSRoute, 0, len(in.DatabaseExposures))}
 	r.changes = changesSince(r.prev, in, opts)
 	r.out.memo.in, r.out.memo.issuers, r.out.memo.certificates, r.out.memo.probes = in, opts.Issuers, opts.Certificates, opts.Probes
 	tgws := slices.Clone(in.TenantGateways)
