@@ -430,6 +430,13 @@ func sameCert(a, b Result) bool {
 	if (a.Certificate == nil) != (b.Certificate == nil) {
 		return false
 	}
+	// The same leaf has the same fields, but for what depends on the probe's roots: whether
+	// it chains to the TrustAnchor (a CA added to or taken off its bundle).
 	return a.Certificate == nil || (a.Certificate.SHA256 == b.Certificate.SHA256 &&
-		a.Certificate.CoversHostnames == b.Certificate.CoversHostnames)
+		a.Certificate.CoversHostnames == b.Certificate.CoversHostnames &&
+		sameBool(a.Certificate.ChainsToTrustAnchor, b.Certificate.ChainsToTrustAnchor))
+}
+
+func sameBool(a, b *bool) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }

@@ -269,3 +269,41 @@ func TestRunnerRestartsInterruptedProbe(t *testing.T) {
 		t.Fatalf("after the restart: %+v", got)
 	}
 }
+
+// A verdict is the same only with the same reason, message, certificate and its chain to
+// the TrustAnchor, and the same endpoints: what render shows of it (render.VerdictCache).
+func TestSameVerdict(t *testing.T) {
+	yes, no := true, false
+	cert := func(chains *bool) *v1alpha1.ServerCertificate {
+		return &v1alpha1.ServerCertificate{SHA256: "ab", Serial: "01", CoversHostnames: true, ChainsToTrustAnchor: chains}
+	}
+	base := Result{Reason: v1alpha1.ReasonVerified, Message: "verified", Certificate: cert(&yes),
+		Endpoints: []EndpointResult{{Address: "10.0.0.1:5432", Result: Result{Reason: v1alpha1.ReasonVerified, Certificate: cert(&yes)}}}}
+	if !SameVerdict(base, base) {
+		t.Fatal("a result differs from itself")
+	}
+	same := base
+	same.Certificate, same.Endpoints = cert(&yes), []EndpointResult{{Address: "10.0.0.1:5432", Result: Result{Reason: v1alpha1.ReasonVerified, Certificate: cert(&yes)}}}
+	if !SameVerdict(base, same) {
+		t.Error("an equal result read again differs")
+	}
+	for name, change := range map[string]func(*Result){
+		"reason":                   func(r *Result) { r.Reason = v1alpha1.ReasonUnknownAuthority },
+		"message":                  func(r *Result) { r.Message = "other" },
+		"certificate":              func(r *Result) { r.Certificate = &v1alpha1.ServerCertificate{SHA256: "cd", CoversHostnames: true} },
+		"chain to the TrustAnchor": func(r *Result) { r.Certificate = cert(&no) },
+		"no chain checked":         func(r *Result) { r.Certificate = cert(nil) },
+		"an endpoint's address": func(r *Result) {
+			r.Endpoints = []EndpointResult{{Address: "10.0.0.2:5432", Result: base.Endpoints[0].Result}}
+		},
+		"an endpoint's chain": func(r *Result) {
+			r.Endpoints = []EndpointResult{{Address: "10.0.0.1:5432", Result: Result{Reason: v1alpha1.ReasonVerified, Certificate: cert(&no)}}}
+		},
+	} {
+		changed := base
+		change(&changed)
+		if SameVerdict(base, changed) {
+			t.Errorf("%s changed: the same verdict", name)
+		}
+	}
+}
