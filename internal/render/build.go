@@ -2,7 +2,6 @@ package render
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -10,12 +9,10 @@ import (
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
-	"github.com/snigate/snigate/internal/conditions"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -422,108 +419,6 @@ func (b *build) listenerStatus() []v1alpha1.TenantListenerStatus {
 		out = append(out, ls)
 	}
 	return out
-}
-
-// Complete fills in what translate decided about each rendered Gateway: every listener's
-// attached routes and readiness, the addresses, and the Ready condition (True when the
-// Gateway and every listener are programmed and nothing holds a listener back).
-func Complete(out *Result, st *translate.Status, now func() metav1.Time) {
-	if now == nil {
-		now = metav1.Now
-	}
-	completeExposures(out, st, now)
-	for i := range out.Tenants {
-		tn := &out.Tenants[i]
-		if (tn.gw == nil && tn.set == nil) || st == nil || meta.IsStatusConditionFalse(tn.Status.Conditions, v1alpha1.ConditionAccepted) {
-			continue
-		}
-		var gs *gwv1.GatewayStatus
-		if tn.gw != nil {
-			gs = st.Gateway(tn.gw.Namespace, tn.gw.Name)
-		} else {
-			gs = setAsGateway(st, tn.set)
-		}
-		if gs == nil {
-			continue
-		}
-		tn.Status.Addresses = gs.Addresses
-		byName := map[string]*gwv1.ListenerStatus{}
-		for j := range gs.Listeners {
-			byName[string(gs.Listeners[j].Name)] = &gs.Listeners[j]
-		}
-		var notReady []string
-		for j := range tn.Status.Listeners {
-			ls := &tn.Status.Listeners[j]
-			gl := byName[ls.Name]
-			if gl != nil {
-				ls.AttachedRoutes = gl.AttachedRoutes
-			}
-			programmed := gl != nil && meta.IsStatusConditionTrue(gl.Conditions, string(gwv1.ListenerConditionProgrammed))
-			ls.Ready = programmed && tn.held[ls.Name] == ""
-			if ls.Reason == "" && !programmed {
-				ls.Reason = "NotProgrammed"
-				if gl != nil {
-					if c := meta.FindStatusCondition(gl.Conditions, string(gwv1.ListenerConditionProgrammed)); c != nil {
-						ls.Reason = c.Reason
-					}
-				}
-			}
-			if !ls.Ready {
-				notReady = append(notReady, ls.Name+" ("+ls.Reason+")")
-			}
-		}
-		// A condition that keeps the previous Gateway (TooManyListeners, NameInUse…) stays.
-		if c := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason != v1alpha1.ReasonPending {
-			continue
-		}
-		gwProgrammed := meta.IsStatusConditionTrue(gs.Conditions, string(gwv1.GatewayConditionProgrammed))
-		var refused *metav1.Condition // the ListenerSet, when the shared Gateway does not take it
-		if tn.set != nil {
-			if a := meta.FindStatusCondition(gs.Conditions, string(gwv1.ListenerSetConditionAccepted)); a != nil && a.Status == metav1.ConditionFalse {
-				refused = a
-			}
-		}
-		var c metav1.Condition
-		switch {
-		case refused != nil:
-			c = metav1.Condition{Status: metav1.ConditionFalse, Reason: refused.Reason,
-				Message: fmt.Sprintf("the shared Gateway does not take ListenerSet %s/%s: %s", tn.set.Namespace, tn.set.Name, refused.Message)}
-		case len(notReady) > 0:
-			c = metav1.Condition{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonListenersNotReady,
-				Message: fmt.Sprintf("%d of %d listeners not ready: %s", len(notReady), len(tn.Status.Listeners), strings.Join(notReady, ", "))}
-		case !gwProgrammed:
-			c = metav1.Condition{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPending, Message: "the Gateway is not programmed"}
-			if gc := meta.FindStatusCondition(gs.Conditions, string(gwv1.GatewayConditionProgrammed)); gc != nil {
-				c.Message = "the Gateway is not programmed: " + gc.Message
-			}
-		default:
-			c = metav1.Condition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady,
-				Message: fmt.Sprintf("the Gateway and its %d listeners are programmed", len(tn.Status.Listeners))}
-		}
-		c.Type, c.ObservedGeneration = v1alpha1.ConditionReady, tn.Status.ObservedGeneration
-		// The stored conditions, not render's Pending placeholder: a Ready that stays True
-		// keeps its LastTransitionTime.
-		conditions.Set(&tn.Status.Conditions, tn.stored, c, now)
-	}
-}
-
-// setAsGateway is what translate says of a rendered ListenerSet, in the shape Complete reads
-// a Gateway's status in: its listeners and conditions, and the addresses of the shared
-// Gateway it is on (nil until translate reports the set).
-func setAsGateway(st *translate.Status, set *gwv1.ListenerSet) *gwv1.GatewayStatus {
-	ss := st.ListenerSet(set.Namespace, set.Name)
-	if ss == nil {
-		return nil
-	}
-	gs := &gwv1.GatewayStatus{Conditions: ss.Conditions}
-	ref := set.Spec.ParentRef
-	if parent := st.Gateway(string(ptrOr(ref.Namespace, gwv1.Namespace(set.Namespace))), string(ref.Name)); parent != nil && meta.IsStatusConditionTrue(ss.Conditions, string(gwv1.ListenerSetConditionAccepted)) {
-		gs.Addresses = parent.Addresses
-	}
-	for _, l := range ss.Listeners {
-		gs.Listeners = append(gs.Listeners, gwv1.ListenerStatus{Name: l.Name, SupportedKinds: l.SupportedKinds, AttachedRoutes: l.AttachedRoutes, Conditions: l.Conditions})
-	}
-	return gs
 }
 
 func ptrOr[T any](p *T, def T) T {

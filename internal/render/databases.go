@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -14,7 +13,6 @@ import (
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/conditions"
 	"github.com/snigate/snigate/internal/engine"
-	"github.com/snigate/snigate/internal/translate"
 	"github.com/snigate/snigate/internal/trustanchor"
 )
 
@@ -574,99 +572,6 @@ func (r *renderer) routeNameInUseOf(d nsName, uid types.UID, sni bool) string {
 // anchorRelease is the release (the published Secret's name stem) of TrustAnchor name.
 func (r *renderer) anchorRelease(ns, name string) string {
 	return r.askString(question{kind: qAnchorRelease, key: nsName{ns, name}})
-}
-
-// completeExposures fills in Programmed (the route accepted on its listener, the listener
-// programmed) and the addresses from translate's status.
-func completeExposures(out *Result, st *translate.Status, now func() metav1.Time) {
-	sets := byName(out.ListenerSets)
-	gateways := map[[2]string]*gwv1.GatewayStatus{} // each tenant's, looked up once
-	var tlsRoutes statusCursor[gwv1.TLSRouteStatus]
-	var tcpRoutes statusCursor[gwv1.TCPRouteStatus]
-	if st != nil {
-		tlsRoutes.list, tcpRoutes.list = st.TLSRoutes, st.TCPRoutes
-	}
-	for i := range out.Exposures {
-		x := &out.Exposures[i]
-		if x.route == "" || st == nil || !x.Rendered {
-			continue
-		}
-		gs, seen := gateways[x.gateway]
-		if !seen {
-			gs = st.Gateway(x.gateway[0], x.gateway[1])
-			if ls := sets[nsName{x.gateway[0], x.gateway[1]}]; gs == nil && ls != nil {
-				// A TenantGateway on a shared Gateway: its listeners are its ListenerSet's.
-				gs = setAsGateway(st, ls)
-			}
-			gateways[x.gateway] = gs
-		}
-		if gs == nil {
-			continue
-		}
-		x.Status.Addresses = nil
-		for _, a := range gs.Addresses {
-			x.Status.Addresses = append(x.Status.Addresses, a.Value)
-		}
-		var parents []gwv1.RouteParentStatus
-		if x.route == "TLSRoute" {
-			if rs := tlsRoutes.find(x.Namespace, x.Name); rs != nil {
-				parents = rs.Parents
-			}
-		} else if rs := tcpRoutes.find(x.Namespace, x.Name); rs != nil {
-			parents = rs.Parents
-		}
-		x.Status.Access = st.Access(x.route, x.Namespace, x.Name)
-		completeMembers(x, st, now)
-		c := metav1.Condition{Type: v1alpha1.ConditionProgrammed, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotProgrammed,
-			Message: "the route has no status from the Gateway", ObservedGeneration: x.Status.ObservedGeneration}
-		for _, p := range parents {
-			if a := meta.FindStatusCondition(p.Conditions, string(gwv1.RouteConditionAccepted)); a != nil {
-				if a.Status != metav1.ConditionTrue {
-					c.Message = "the route is not accepted: " + a.Reason + ": " + a.Message
-					continue
-				}
-				listenerOK := false
-				for _, ls := range gs.Listeners {
-					if string(ls.Name) == x.Status.Listener {
-						listenerOK = meta.IsStatusConditionTrue(ls.Conditions, string(gwv1.ListenerConditionProgrammed))
-					}
-				}
-				if !listenerOK {
-					c.Message = "listener " + x.Status.Listener + " is not programmed"
-					continue
-				}
-				c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonProgrammed, x.serving
-			}
-		}
-		conditions.Set(&x.Status.Conditions, x.stored, c, now)
-	}
-}
-
-// statusCursor finds statuses in translate's list (namespace/name order) for names asked
-// in that order too, as Complete walks the exposures: one walk along the list, where a
-// binary search for each of 10 000 exposures was a quarter of Complete. A name asked out of
-// order is searched for.
-type statusCursor[T any] struct {
-	list []translate.ObjectStatus[T]
-	next int
-}
-
-func (c *statusCursor[T]) find(namespace, name string) *T {
-	compare := func(o *translate.ObjectStatus[T]) int {
-		return cmp.Or(strings.Compare(o.Namespace, namespace), strings.Compare(o.Name, name))
-	}
-	if c.next > 0 && compare(&c.list[c.next-1]) >= 0 {
-		// Out of order: searched for.
-		i, _ := slices.BinarySearchFunc(c.list, 0, func(o translate.ObjectStatus[T], _ int) int { return compare(&o) })
-		c.next = i
-	}
-	for c.next < len(c.list) && compare(&c.list[c.next]) < 0 {
-		c.next++
-	}
-	if c.next < len(c.list) && compare(&c.list[c.next]) == 0 {
-		return &c.list[c.next].Status
-	}
-	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {
