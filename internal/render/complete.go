@@ -4,7 +4,6 @@ package render
 // (the runner calls it after translate, on every render).
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/conditions"
+	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/translate"
 )
 
@@ -197,7 +197,7 @@ type statusCursor[T any] struct {
 
 func (c *statusCursor[T]) find(namespace, name string) *T {
 	compare := func(o *translate.ObjectStatus[T]) int {
-		return cmp.Or(strings.Compare(o.Namespace, namespace), strings.Compare(o.Name, name))
+		return resources.CompareNames(o.Namespace, o.Name, namespace, name)
 	}
 	if c.next > 0 && compare(&c.list[c.next-1]) >= 0 {
 		// Out of order: searched for.

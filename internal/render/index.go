@@ -1,7 +1,6 @@
 package render
 
 import (
-	"cmp"
 	"slices"
 	"strings"
 
@@ -120,7 +119,7 @@ func newTable[T interface {
 func (t *table[T]) get(k nsName) T {
 	if t.sorted {
 		i, ok := slices.BinarySearchFunc(t.objs, k, func(o T, k nsName) int {
-			return cmp.Or(strings.Compare(o.GetNamespace(), k.namespace), strings.Compare(o.GetName(), k.name))
+			return resources.CompareNames(o.GetNamespace(), o.GetName(), k.namespace, k.name)
 		})
 		if ok {
 			return t.objs[i]

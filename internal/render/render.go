@@ -272,7 +272,7 @@ func Render(in *resources.Resources, opts Options) *Result {
 // of them about in a sort cost more than building them.
 func sortExposures(xs []Exposure) []Exposure {
 	compare := func(a, b *Exposure) int {
-		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+		return resources.CompareNames(a.Namespace, a.Name, b.Namespace, b.Name)
 	}
 	inOrder := true
 	for i := 1; i < len(xs) && inOrder; i++ {

@@ -75,10 +75,16 @@ func Compare[T interface {
 	GetNamespace() string
 	GetName() string
 }](a, b T) int {
-	if c := strings.Compare(a.GetNamespace(), b.GetNamespace()); c != 0 {
+	return CompareNames(a.GetNamespace(), a.GetName(), b.GetNamespace(), b.GetName())
+}
+
+// CompareNames is Compare's order for namespaces and names held apart from an object (a
+// status, a key looked up).
+func CompareNames(aNamespace, aName, bNamespace, bName string) int {
+	if c := strings.Compare(aNamespace, bNamespace); c != 0 {
 		return c
 	}
-	return strings.Compare(a.GetName(), b.GetName())
+	return strings.Compare(aName, bName)
 }
 
 // Sorted reports whether objs are in strict namespace/name order (Compare).
