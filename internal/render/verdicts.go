@@ -7,15 +7,7 @@ import (
 	"github.com/snigate/snigate/internal/probe"
 )
 
-// Verdicts turns the probe's results into Options.Probes.
-func Verdicts(results map[probe.Key]probe.Result) map[[2]string]Probe {
-	out := make(map[[2]string]Probe, len(results))
-	for k, r := range results {
-		out[k] = verdict(r)
-	}
-	return out
-}
-
+// verdict is what Options.Probes holds of a probe's result.
 func verdict(r probe.Result) Probe {
 	p := Probe{Reason: r.Reason, Message: r.Message, Certificate: r.Certificate}
 	for _, e := range r.Endpoints {
