@@ -382,6 +382,40 @@ func (c *controller) metric(name string) float64 {
 	return sum
 }
 
+// stageTotals are the controller's snigate_pipeline_stage_seconds: by stage, the seconds
+// and the observations so far.
+func (c *controller) stageTotals() map[string][2]float64 {
+	out := map[string][2]float64{}
+	resp, err := http.Get("http://" + c.admin + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "{")
+		i := 0
+		switch name {
+		case "snigate_pipeline_stage_seconds_sum":
+		case "snigate_pipeline_stage_seconds_count":
+			i = 1
+		default:
+			continue
+		}
+		_, rest, _ = strings.Cut(rest, `stage="`)
+		stage, _, _ := strings.Cut(rest, `"`)
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if ok && err == nil && stage != "" {
+			t := out[stage]
+			t[i] = v
+			out[stage] = t
+		}
+	}
+	return out
+}
+
 // profile saves a CPU profile of the controller over the next seconds.
 func (c *controller) profile(path string, seconds int) {
 	c.save(path, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds))

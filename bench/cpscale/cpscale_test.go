@@ -173,6 +173,7 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 	stop := e.informer(t, seen)
 	defer stop()
 	probes0, probesAt := c.metric("snigate_certificate_probes_total"), time.Now()
+	stages0 := c.stageTotals()
 	writes := map[string][]float64{}
 	if keep := os.Getenv("SNIGATE_CPSCALE_KEEP"); keep != "" {
 		// Where the controller's time goes during the trials, for reading after the run.
@@ -237,6 +238,19 @@ func (e *env) measure(t *testing.T, shape string, exposures, trials int, gwNS, g
 		st.Requests[k] = median(v)
 	}
 	st.ProbesPerMinute = (c.metric("snigate_certificate_probes_total") - probes0) / time.Since(probesAt).Minutes()
+	// Where the trials' changes spent the controller's time, by its own account.
+	st.StageMs, st.StagePerTrial = map[string]float64{}, map[string]float64{}
+	for stage, t := range c.stageTotals() {
+		sum, n := t[0]-stages0[stage][0], t[1]-stages0[stage][1]
+		if n > 0 {
+			st.StageMs[stage], st.StagePerTrial[stage] = 1000*sum/n, n/float64(trials)
+		}
+	}
+	for _, stage := range []string{"render", "translate", "complete", "dataplane", "tenant_apply"} {
+		if st.StagePerTrial[stage] == 0 {
+			t.Errorf("step %s: no %s stage observed in snigate_pipeline_stage_seconds during the trials", shape, stage)
+		}
+	}
 	st.RSSEndMiB, _ = c.usage()
 	st.DataPlaneRSSEndMiB, _, _ = e.dataPlaneUsage()
 	t.Logf("step %s: apply→serving p50 %.0f ms p99 %.0f ms (floor p99 %.0f ms); delete→refused p50 %.0f ms p99 %.0f ms; writes per exposure %v",

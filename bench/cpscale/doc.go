@@ -12,7 +12,9 @@
 //     seeing the same create and delete;
 //   - the controller's RSS and CPU, the API requests it made for one new exposure (from the
 //     API server's audit log, by verb and resource), and the certificate probe's connections
-//     a minute.
+//     a minute;
+//   - where the trials' changes spent the controller's time, by its own account
+//     (snigate_pipeline_stage_seconds): each stage's mean per run and runs per trial.
 //
 // With SNIGATE_CPSCALE_PROVISION (bench/cpscale.sh --provision) the controller runs with
 // --provision instead of its local proxy: kube-controller-manager rolls out the data plane

@@ -47,6 +47,11 @@ type Step struct {
 	DataPlaneRSSConvergedMiB float64 `json:"dataPlaneRSSConvergedMiB,omitempty"`
 	DataPlaneRSSEndMiB       float64 `json:"dataPlaneRSSEndMiB,omitempty"`
 	DataPlaneCPUConverge     float64 `json:"dataPlaneCPUSecondsToConverge,omitempty"`
+	// Where the trials' changes spent the controller's time, by its own account
+	// (snigate_pipeline_stage_seconds): each stage's mean milliseconds, and how many times
+	// it ran per trial (a create and a delete, and what follows from them).
+	StageMs       map[string]float64 `json:"stageMeanMsDuringTrials,omitempty"`
+	StagePerTrial map[string]float64 `json:"stageRunsPerTrial,omitempty"`
 	// The write floor (floor_test.go), measured after a shape's last step.
 	WriteFloor *WriteFloor `json:"writeFloor,omitempty"`
 }
@@ -102,6 +107,18 @@ func Markdown(steps []Step) string {
 			fmt.Fprintf(&b, "\nThe data planes at %d exposures (%s): %d, RSS %.0f MiB converged, %.0f MiB at the end (together), %.1f CPU s to converge.\n",
 				s.Exposures, s.Shape, s.DataPlanes, s.DataPlaneRSSConvergedMiB, s.DataPlaneRSSEndMiB, s.DataPlaneCPUConverge)
 		}
+	}
+	for i, s := range steps {
+		if len(s.StageMs) == 0 || (i+1 < len(steps) && steps[i+1].Shape == s.Shape) {
+			continue // the largest step of each shape
+		}
+		fmt.Fprintf(&b, "\nWhere the trials' changes went at %d exposures (%s), by the controller's own account (snigate_pipeline_stage_seconds), mean ms per run (runs per trial):", s.Exposures, s.Shape)
+		for _, stage := range []string{"render", "translate", "complete", "dataplane", "tenant_apply"} {
+			if n := s.StagePerTrial[stage]; n > 0 {
+				fmt.Fprintf(&b, " %s %.1f (%.1f);", stage, s.StageMs[stage], n)
+			}
+		}
+		b.WriteString("\n")
 	}
 	// The requests of one new exposure, at the largest step.
 	if len(steps) > 0 {

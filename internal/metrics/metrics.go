@@ -58,6 +58,11 @@ type Metrics struct {
 	StatusWrites *prometheus.CounterVec
 	// Leader is 1 while this replica holds the leader Lease and writes status, else 0.
 	Leader prometheus.Gauge
+	// StageSeconds is how long each stage of a change took, by stage: render, translate,
+	// complete and dataplane (package pipeline, one observation per run that got that
+	// far), and tenant_apply (the cluster's tenant applier, one per pass). Where a change's
+	// time goes, at any scale, without a profile.
+	StageSeconds *prometheus.HistogramVec
 	// Conditions are the status conditions of every TenantGateway, DatabaseExposure and
 	// TrustAnchor (snigate_object_condition), replaced as a whole on every configuration.
 	Conditions *Conditions
@@ -214,10 +219,15 @@ func New() *Metrics {
 			Name: "snigate_leader",
 			Help: "1 while this replica holds the leader Lease (writes status and applies what TenantGateways render), else 0.",
 		}),
+		StageSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "snigate_pipeline_stage_seconds",
+			Help:    "Time each stage of a configuration change took: render, translate, complete, dataplane (per run) and tenant_apply (per pass of the tenant applier).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"stage"}),
 		Conditions: newConditions(),
 	}
 	r.MustRegister(m.Connections, m.Rejected, m.Active, m.RouteActive, m.Bytes, m.HelloSeconds, m.DialSeconds,
-		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry, m.CertificateProbes, m.StatusWrites, m.Leader, m.Conditions,
+		m.Reloads, m.Generation, m.Routes, m.HTTPRequests, m.HTTPSeconds, m.BackendCertificateExpiry, m.CertificateProbes, m.StatusWrites, m.Leader, m.StageSeconds, m.Conditions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

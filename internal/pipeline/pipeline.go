@@ -43,6 +43,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"github.com/snigate/snigate/internal/admin"
 	"github.com/snigate/snigate/internal/metrics"
 	"github.com/snigate/snigate/internal/probe"
@@ -52,9 +57,6 @@ import (
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/translate"
 	"github.com/snigate/snigate/internal/trustanchor"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Config configures a Runner.
@@ -130,6 +132,9 @@ type Runner struct {
 	state   admin.State
 	snap    *snapshot.Snapshot    // serving snapshot, described lazily into table
 	table   *snapshot.Description // nil until State asks
+
+	// stages observe snigate_pipeline_stage_seconds of each stage of a run.
+	stages struct{ render, translate, complete, dataplane prometheus.Observer }
 }
 
 // New returns a runner; nothing runs until Run. It fails only on a malformed Config.Gateway.
@@ -142,6 +147,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger}
 	cfg.Metrics.Conditions.From(r.conditions)
+	st := cfg.Metrics.StageSeconds
+	r.stages.render, r.stages.translate = st.WithLabelValues("render"), st.WithLabelValues("translate")
+	r.stages.complete, r.stages.dataplane = st.WithLabelValues("complete"), st.WithLabelValues("dataplane")
 	if cfg.Gateway != "" {
 		ns, name, ok := strings.Cut(cfg.Gateway, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -270,6 +278,7 @@ func (r *Runner) run(res *resources.Resources) error {
 	opts.Memo = &r.memo
 	var rendered *render.Result
 	var anchors *trustanchor.Result
+	start := time.Now()
 	if r.cfg.Render {
 		// A TenantGateway the CRD would refuse is invalid input, like any other: in a
 		// cluster the API server refuses it; from files the reload is rejected, naming the
@@ -293,6 +302,7 @@ func (r *Runner) run(res *resources.Resources) error {
 				trustanchor.Options{Now: opts.Now, Previous: r.anchors, InUse: r.inUse()})
 		}
 		res = rendered.Merge(res)
+		start = observe(r.stages.render, start)
 	}
 	if r.cfg.Prepare != nil {
 		res = r.cfg.Prepare(res)
@@ -310,16 +320,18 @@ func (r *Runner) run(res *resources.Resources) error {
 	if len(out.Errors) > 0 {
 		return &InputError{Err: errors.Join(out.Errors...)}
 	}
-	if rendered != nil {
-		render.Complete(rendered, out.Status, opts.Now)
-	}
-	if r.cfg.Publish != nil {
-		r.cfg.Publish(out.Status)
-	}
 	snap := out.Snapshot
 	if r.gateway[1] != "" {
 		opts.Memo = &r.gwMemo
 		snap = translate.Translate(onlyGateway(res, r.gateway), opts).Snapshot
+	}
+	start = observe(r.stages.translate, start)
+	if rendered != nil {
+		render.Complete(rendered, out.Status, opts.Now)
+		start = observe(r.stages.complete, start)
+	}
+	if r.cfg.Publish != nil {
+		r.cfg.Publish(out.Status)
 	}
 	if r.cfg.Apply != nil {
 		if err := r.cfg.Apply(snap); err != nil {
@@ -329,6 +341,7 @@ func (r *Runner) run(res *resources.Resources) error {
 			}
 			return fmt.Errorf("applying the snapshot: %w", err)
 		}
+		observe(r.stages.dataplane, start)
 	}
 	r.generation = opts.Generation
 	r.rendered, r.anchors, r.last, r.translated = rendered, anchors, input, res
@@ -358,7 +371,9 @@ func (r *Runner) statusOnly(input, merged *resources.Resources, rendered *render
 	st := r.state
 	r.stateMu.Unlock()
 	if rendered != nil {
+		start := time.Now()
 		render.Complete(rendered, st.Status, r.cfg.Translate.Now)
+		observe(r.stages.complete, start)
 		if r.cfg.Probes != nil {
 			r.cfg.Probes.Set(render.ProbeTargets(merged, rendered, anchors.Bundles(), &r.probePools))
 		}
@@ -371,6 +386,14 @@ func (r *Runner) statusOnly(input, merged *resources.Resources, rendered *render
 	r.state.Tenants, r.state.DatabaseExposures, r.state.TrustAnchors = tenantStatus(input, rendered, anchors)
 	r.stateMu.Unlock()
 	r.log.Debug("status refreshed", "generation", r.generation)
+}
+
+// observe records the time since start in o (snigate_pipeline_stage_seconds) and returns
+// now, the next stage's start.
+func observe(o prometheus.Observer, start time.Time) time.Time {
+	now := time.Now()
+	o.Observe(now.Sub(start).Seconds())
+	return now
 }
 
 // sameTranslateInput reports whether translate would read the same in a as in b: every

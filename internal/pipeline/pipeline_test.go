@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -530,4 +531,57 @@ func TestPanicKeepsServing(t *testing.T) {
 	if err := r.Run(decode(t, twoGateways)); err != nil || r.State().Generation != 2 {
 		t.Fatalf("the next run: %v, generation %d", err, r.State().Generation)
 	}
+}
+
+// Each stage of a run is timed in snigate_pipeline_stage_seconds: a run observes render,
+// translate, complete and dataplane once each; a run of the same input (Refresh) whose
+// routing table is unchanged completes the status again and translates and applies nothing.
+func TestRunObservesItsStages(t *testing.T) {
+	res, err := file.Load("../../examples/databases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	r, err := New(Config{Apply: (&recorder{}).apply, Metrics: m, Render: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(res); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{"render": 1, "translate": 1, "complete": 1, "dataplane": 1}
+	if got := stageCounts(t, m); !maps.Equal(got, want) {
+		t.Errorf("after a run: %v, want %v", got, want)
+	}
+	if err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	want["render"], want["complete"] = 2, 2
+	if got := stageCounts(t, m); !maps.Equal(got, want) {
+		t.Errorf("after a refresh: %v, want %v", got, want)
+	}
+}
+
+// stageCounts are snigate_pipeline_stage_seconds' observation counts by stage.
+func stageCounts(t *testing.T, m *metrics.Metrics) map[string]uint64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, f := range families {
+		if f.GetName() != "snigate_pipeline_stage_seconds" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "stage" && s.GetHistogram().GetSampleCount() > 0 {
+					out[l.GetValue()] = s.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return out
 }

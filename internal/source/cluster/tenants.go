@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -155,6 +156,9 @@ func (a *tenantApplier) Start(ctx context.Context) error {
 
 // apply makes the cluster match in's render.
 func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
+	if a.metrics != nil {
+		defer observeSince(a.metrics.StageSeconds.WithLabelValues("tenant_apply"), time.Now())
+	}
 	out := in.rendered
 	anchors, err := a.renderAnchors(ctx, in.res, out)
 	if err != nil {
@@ -203,6 +207,9 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 	a.probes.Set(render.ProbeTargets(in.res, out, anchors.Bundles(), &a.probePools))
 	return errors.Join(errs...)
 }
+
+// observeSince records the time since start in o.
+func observeSince(o prometheus.Observer, start time.Time) { o.Observe(time.Since(start).Seconds()) }
 
 // renderAnchors renders the TrustAnchors (package trustanchor) against the Roles and
 // RoleBindings that carry its label (the cache: they are watched).
