@@ -1,9 +1,6 @@
 package render
 
 import (
-	"slices"
-	"strings"
-
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -91,70 +88,26 @@ func newIndex(in *resources.Resources, opts Options) *index {
 	return x
 }
 
-// table finds a kind's objects by namespace and name, and by namespace. A list in
-// namespace/name order, as the cluster source lists every kind, is searched where it lies;
-// another (files) is indexed by maps the first time it is asked. Why: built as maps on
-// every render, the index of 10 000 routes and exposures was a tenth of a change's render
-// in a cluster, where a change asks for a handful of them.
+// table is a resources.Table asked with render's keys.
 type table[T interface {
 	comparable
 	GetNamespace() string
 	GetName() string
-}] struct {
-	objs   []T
-	sorted bool
-	byName map[nsName]T
-	byNS   map[string][]T
-}
+}] struct{ t *resources.Table[T] }
 
 func newTable[T interface {
 	comparable
 	GetNamespace() string
 	GetName() string
 }](objs []T) *table[T] {
-	return &table[T]{objs: objs, sorted: resources.Sorted(objs)}
+	return &table[T]{resources.NewTable(objs)}
 }
 
-// get is the object named k (the first of that name, as a scan would find), or the zero T.
-func (t *table[T]) get(k nsName) T {
-	if t.sorted {
-		i, ok := slices.BinarySearchFunc(t.objs, k, func(o T, k nsName) int {
-			return resources.CompareNames(o.GetNamespace(), o.GetName(), k.namespace, k.name)
-		})
-		if ok {
-			return t.objs[i]
-		}
-		var none T
-		return none
-	}
-	if t.byName == nil {
-		t.byName = byName(t.objs)
-	}
-	return t.byName[k]
-}
+// get is the object named k, or the zero T.
+func (t *table[T]) get(k nsName) T { return t.t.Get(k.namespace, k.name) }
 
-// in is the objects of namespace ns, in input order; nil when none. The result is not to
-// be appended to.
-func (t *table[T]) in(ns string) []T {
-	if t.sorted {
-		i, _ := slices.BinarySearchFunc(t.objs, ns, func(o T, ns string) int { return strings.Compare(o.GetNamespace(), ns) })
-		j := i
-		for j < len(t.objs) && t.objs[j].GetNamespace() == ns {
-			j++
-		}
-		if i == j {
-			return nil
-		}
-		return t.objs[i:j:j]
-	}
-	if t.byNS == nil {
-		t.byNS = map[string][]T{}
-		for _, o := range t.objs {
-			t.byNS[o.GetNamespace()] = append(t.byNS[o.GetNamespace()], o)
-		}
-	}
-	return t.byNS[ns]
-}
+// in is the objects of namespace ns, in input order; nil when none (not to be appended to).
+func (t *table[T]) in(ns string) []T { return t.t.In(ns) }
 
 // parentOf is the Gateway a ListenerSet names (its parentRef's namespace defaults to its
 // own); translate.IsParent also checks the parentRef's group and kind.

@@ -1,4 +1,4 @@
-package render
+package resources
 
 import (
 	"fmt"
@@ -8,11 +8,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/snigate/snigate/internal/resources"
 )
 
-// A table answers as a scan of its list would, searched in place or indexed.
+// A Table answers as a scan of its list would, searched in place or indexed.
 func TestTable(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	searched := 0
@@ -23,10 +21,10 @@ func TestTable(t *testing.T) {
 				Namespace: fmt.Sprintf("ns-%d", rng.IntN(4)), Name: fmt.Sprintf("r-%d", rng.IntN(6))}})
 		}
 		if rng.IntN(3) > 0 {
-			slices.SortFunc(objs, resources.Compare)
+			slices.SortFunc(objs, Compare)
 		}
-		tb := newTable(objs)
-		if tb.sorted {
+		tb := NewTable(objs)
+		if tb.Searched() {
 			searched++
 		}
 		for ns := range 5 {
@@ -37,17 +35,17 @@ func TestTable(t *testing.T) {
 					want = append(want, o)
 				}
 			}
-			if got := tb.in(n); !slices.Equal(got, want) || (got == nil) != (want == nil) {
-				t.Fatalf("%v: in(%s) = %v, want %v", names(objs), n, names(got), names(want))
+			if got := tb.In(n); !slices.Equal(got, want) || (got == nil) != (want == nil) {
+				t.Fatalf("%v: In(%s) = %v, want %v", names(objs), n, names(got), names(want))
 			}
 			for name := range 7 {
-				k := nsName{n, fmt.Sprintf("r-%d", name)}
+				k := [2]string{n, fmt.Sprintf("r-%d", name)}
 				var want *gwv1.TLSRoute
-				if i := slices.IndexFunc(objs, func(o *gwv1.TLSRoute) bool { return keyOf(o) == k }); i >= 0 {
+				if i := slices.IndexFunc(objs, func(o *gwv1.TLSRoute) bool { return o.Namespace == k[0] && o.Name == k[1] }); i >= 0 {
 					want = objs[i]
 				}
-				if got := tb.get(k); got != want {
-					t.Fatalf("%v: get(%v) = %p, want %p", names(objs), k, got, want)
+				if got := tb.Get(k[0], k[1]); got != want {
+					t.Fatalf("%v: Get(%v) = %p, want %p", names(objs), k, got, want)
 				}
 			}
 		}
@@ -55,4 +53,12 @@ func TestTable(t *testing.T) {
 	if searched < 500 {
 		t.Fatalf("only %d of 2000 lists were searched in place", searched)
 	}
+}
+
+func names(l []*gwv1.TLSRoute) []string {
+	out := make([]string, len(l))
+	for i, o := range l {
+		out[i] = o.Namespace + "/" + o.Name
+	}
+	return out
 }
