@@ -1,13 +1,10 @@
 package cluster
 
 import (
-	"context"
-	"fmt"
 	"maps"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,61 +50,27 @@ type live struct {
 	labels     map[string]string
 }
 
-// liveIndex lists, from the cache and without copies, the objects of the kinds of objs that
-// the applier may skip: their generation and labels by key.
-func liveIndex(ctx context.Context, cl client.Client, objs []client.Object) (map[objectKey]live, error) {
-	kinds := map[schema.GroupVersionKind]bool{}
-	for _, o := range objs {
-		kinds[o.GetObjectKind().GroupVersionKind()] = true
-	}
-	out := map[objectKey]live{}
-	for gvk := range kinds {
-		lo, err := cl.Scheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err != nil {
-			return nil, err
-		}
-		list, ok := lo.(client.ObjectList)
-		if !ok {
-			return nil, fmt.Errorf("%s: not a list type", gvk.Kind)
-		}
-		if err := cl.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-			if meta.IsNoMatchError(err) {
-				continue
-			}
-			return nil, fmt.Errorf("listing %ss: %w", gvk.Kind, err)
-		}
-		items, err := meta.ExtractList(list)
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range items {
-			m, err := meta.Accessor(it)
-			if err != nil {
-				return nil, err
-			}
-			out[objectKey{gvk.Kind, m.GetNamespace(), m.GetName()}] = live{generation: m.GetGeneration(), labels: m.GetLabels()}
-		}
-	}
-	return out, nil
-}
+// liveOf looks up the cache's copy of o (stores.get); ok is false when the cache holds
+// none.
+type liveOf func(o client.Object) (l live, ok bool, err error)
 
 // unchanged reports whether o, about to be applied, is what was applied last and the live
 // object is still that; it records the live generation the first time it sees it.
-func (a *applied) unchanged(o client.Object, lv map[objectKey]live) bool {
+func (a *applied) unchanged(o client.Object, lv liveOf) (bool, error) {
 	key := keyOf(o)
 	prev, ok := a.objects[key]
 	// The same pointer, or, for what is copied on its way here (a TrustAnchor's Secrets,
 	// Roles and RoleBindings get their kind set on a copy), the same content.
 	if !ok || (prev.obj != o && !equality.Semantic.DeepEqual(prev.obj, o)) {
-		return false
+		return false, nil
 	}
-	l, ok := lv[key]
-	if !ok {
-		return false // deleted (or not in the cache yet): apply again
+	l, ok, err := lv(o)
+	if err != nil || !ok {
+		return false, err // deleted (or not in the cache yet): apply again
 	}
 	for k, v := range o.GetLabels() {
 		if l.labels[k] != v {
-			return false
+			return false, nil
 		}
 	}
 	switch {
@@ -115,9 +78,9 @@ func (a *applied) unchanged(o client.Object, lv map[objectKey]live) bool {
 		prev.generation = l.generation
 		a.objects[key] = prev
 	case prev.generation != l.generation:
-		return false
+		return false, nil
 	}
-	return true
+	return true, nil
 }
 
 // done records o as applied.
@@ -130,7 +93,8 @@ func (a *applied) forget(want map[objectKey]bool) {
 	maps.DeleteFunc(a.objects, func(k objectKey, _ appliedObject) bool { return !want[k] })
 }
 
-// lastStatus is the status last written to the object kind/uid (or found there).
+// lastStatus is the status last written to the object kind/uid (or found there): a pointer
+// to a status of the kind's type, the applier's own copy.
 func (a *applied) lastStatus(kind string, uid types.UID) (any, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -138,7 +102,7 @@ func (a *applied) lastStatus(kind string, uid types.UID) (any, bool) {
 	return s, ok
 }
 
-// statusDone records want as the status of kind/uid.
+// statusDone records want (a pointer to the applier's own copy) as the status of kind/uid.
 func (a *applied) statusDone(kind string, uid types.UID, want any) {
 	if uid != "" {
 		a.mu.Lock()
@@ -147,46 +111,18 @@ func (a *applied) statusDone(kind string, uid types.UID, want any) {
 	}
 }
 
+// statuses is the number of statuses recorded.
+func (a *applied) statuses() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.status)
+}
+
 // forgetStatus drops the statuses recorded of objects no longer in the cluster.
 func (a *applied) forgetStatus(alive map[types.UID]bool) {
 	a.mu.Lock()
 	maps.DeleteFunc(a.status, func(k statusKey, _ any) bool { return !alive[k.uid] })
 	a.mu.Unlock()
-}
-
-// cachedLabelled lists, from the cache and without copies (read only), the objects of gvk
-// that carry label. Every kind the applier renders is watched, so this costs no request; a
-// kind the API server does not serve lists nothing. The stale-object sweeps of every pass
-// list through here: live lists of every TLSRoute at 10 000 exposures, on every change,
-// were the API server's heaviest requests.
-func cachedLabelled(ctx context.Context, cl client.Client, gvk schema.GroupVersionKind, label string) ([]metav1.Object, error) {
-	lo, err := cl.Scheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err != nil {
-		return nil, err
-	}
-	list, ok := lo.(client.ObjectList)
-	if !ok {
-		return nil, fmt.Errorf("%s: not a list type", gvk.Kind)
-	}
-	if err := cl.List(ctx, list, client.HasLabels{label}, client.UnsafeDisableDeepCopy); err != nil {
-		if meta.IsNoMatchError(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("listing %ss: %w", gvk.Kind, err)
-	}
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]metav1.Object, 0, len(items))
-	for _, it := range items {
-		m, err := meta.Accessor(it)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, nil
 }
 
 // metadataOf is what deleting o needs, without touching the cache's object: its kind and

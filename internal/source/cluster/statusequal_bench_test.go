@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/snigate/snigate/internal/render"
+	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/testutil/platform"
 )
 
@@ -16,14 +16,15 @@ import (
 // compared with the one written last, and nothing is written (so no API server is needed).
 func BenchmarkStatusPass(b *testing.B) {
 	res := platform.Build(1000, 10, true)
+	platform.Sort(res) // as the cluster lists them
 	out := render.Render(res, render.Options{Now: func() metav1.Time { return metav1.Unix(1_800_000_000, 0) }})
 	a := &tenantApplier{applied: newApplied()}
-	tenants, exposures := byKey(res.TenantGateways), byKey(res.DatabaseExposures)
+	tenants, exposures := resources.NewTable(res.TenantGateways), resources.NewTable(res.DatabaseExposures)
 	for _, t := range out.Tenants {
-		a.applied.statusDone("TenantGateway", tenants[types.NamespacedName{Namespace: t.Namespace, Name: t.Name}].UID, t.Status)
+		a.applied.statusDone("TenantGateway", tenants.Get(t.Namespace, t.Name).UID, copyOf(&t.Status))
 	}
 	for _, x := range out.Exposures {
-		a.applied.statusDone("DatabaseExposure", exposures[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}].UID, x.Status)
+		a.applied.statusDone("DatabaseExposure", exposures.Get(x.Namespace, x.Name).UID, copyOf(&x.Status))
 	}
 	ctx := context.Background()
 	for b.Loop() {

@@ -37,21 +37,25 @@ const concurrentWrites = 16
 // writeStatus writes each TenantGateway's and DatabaseExposure's status where it changed.
 func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resources, out *render.Result) []error {
 	w := newBatch()
-	tenants := byKey(res.TenantGateways)
-	for _, t := range out.Tenants {
-		obj := tenants[types.NamespacedName{Namespace: t.Namespace, Name: t.Name}]
+	// Looked up where they lie in the cluster's sorted lists (resources.Table), not through
+	// maps of 10 000 made on every pass.
+	tenants := resources.NewTable(res.TenantGateways)
+	for i := range out.Tenants {
+		t := &out.Tenants[i]
+		obj := tenants.Get(t.Namespace, t.Name)
 		if want, ok := changedStatus(a, "TenantGateway", obj,
 			func(o *v1alpha1.TenantGateway) *v1alpha1.TenantGatewayStatus { return &o.Status },
-			func(s *v1alpha1.TenantGatewayStatus) *[]metav1.Condition { return &s.Conditions }, equalTenantStatus, t.Status); ok {
+			func(s *v1alpha1.TenantGatewayStatus) *[]metav1.Condition { return &s.Conditions }, equalTenantStatus, &t.Status); ok {
 			w.write(func() error { _, err := patchStatus(ctx, a, "TenantGateway", obj, want); return err })
 		}
 	}
-	exposures := byKey(res.DatabaseExposures)
-	for _, x := range out.Exposures {
-		obj := exposures[types.NamespacedName{Namespace: x.Namespace, Name: x.Name}]
+	exposures := resources.NewTable(res.DatabaseExposures)
+	for i := range out.Exposures {
+		x := &out.Exposures[i]
+		obj := exposures.Get(x.Namespace, x.Name)
 		if want, ok := changedStatus(a, "DatabaseExposure", obj,
 			func(o *v1alpha1.DatabaseExposure) *v1alpha1.DatabaseExposureStatus { return &o.Status },
-			func(s *v1alpha1.DatabaseExposureStatus) *[]metav1.Condition { return &s.Conditions }, equalExposureStatus, x.Status); ok {
+			func(s *v1alpha1.DatabaseExposureStatus) *[]metav1.Condition { return &s.Conditions }, equalExposureStatus, &x.Status); ok {
 			w.write(func() error { _, err := patchStatus(ctx, a, "DatabaseExposure", obj, want); return err })
 		}
 	}
@@ -62,12 +66,13 @@ func (a *tenantApplier) writeStatus(ctx context.Context, res *resources.Resource
 // warnings as events when it does.
 func (a *tenantApplier) writeAnchorStatus(ctx context.Context, res *resources.Resources, r *trustanchor.Result) []error {
 	w := newBatch()
-	anchors := byKey(res.TrustAnchors)
-	for _, an := range r.Anchors {
-		obj := anchors[types.NamespacedName{Namespace: an.Namespace, Name: an.Name}]
+	anchors := resources.NewTable(res.TrustAnchors)
+	for i := range r.Anchors {
+		an := &r.Anchors[i]
+		obj := anchors.Get(an.Namespace, an.Name)
 		want, ok := changedStatus(a, "TrustAnchor", obj,
 			func(o *v1alpha1.TrustAnchor) *v1alpha1.TrustAnchorStatus { return &o.Status },
-			func(s *v1alpha1.TrustAnchorStatus) *[]metav1.Condition { return &s.Conditions }, equalAnchorStatus, an.Status)
+			func(s *v1alpha1.TrustAnchorStatus) *[]metav1.Condition { return &s.Conditions }, equalAnchorStatus, &an.Status)
 		if !ok {
 			continue
 		}
@@ -128,15 +133,6 @@ func tenantUIDs(res *resources.Resources) map[types.UID]bool {
 	return m
 }
 
-// byKey maps objects by namespace/name.
-func byKey[T client.Object](objs []T) map[types.NamespacedName]T {
-	m := make(map[types.NamespacedName]T, len(objs))
-	for _, o := range objs {
-		m[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}] = o
-	}
-	return m
-}
-
 // changedStatus returns want as the status to write to obj, the cached object, and whether
 // it differs from the status last written (status(obj) the first time). A nil obj is gone
 // from the cache: its status has no one to show it to.
@@ -146,31 +142,43 @@ func byKey[T client.Object](objs []T) map[types.NamespacedName]T {
 // lags behind this applier's own writes, so the same condition could otherwise come out
 // with a new time on each pass and be written again and again. Times are kept to the second,
 // as the API server stores them.
+//
+// Statuses go by pointer, want's into the render's result (read only): passed and boxed by
+// value, each of the 10 000 exposures' statuses was copied to the heap five times a pass, 11
+// MiB of garbage a pass with nothing to write (BenchmarkStatusPass). The applier's memo
+// keeps a copy of its own (copyOf): a pointer into a result would keep that whole result's
+// array alive.
 func changedStatus[T any, PT interface {
 	*T
 	client.Object
-}, S any](a *tenantApplier, kind string, obj PT, status func(PT) *S, conds func(*S) *[]metav1.Condition, equal func(a, b *S) bool, want S) (S, bool) {
+}, S any](a *tenantApplier, kind string, obj PT, status func(PT) *S, conds func(*S) *[]metav1.Condition, equal func(a, b *S) bool, want *S) (*S, bool) {
 	if obj == nil || obj.GetUID() == "" {
 		return want, false
 	}
 	uid := obj.GetUID()
-	var prev S
+	var prev *S
 	last, memo := a.applied.lastStatus(kind, uid)
 	if memo {
-		prev = last.(S)
+		prev = last.(*S)
 	} else {
-		prev = *status(obj)
+		prev = status(obj)
 	}
 	want = keepTransitions(want, conds, prev)
 	// What this applier wrote last is compared exactly, field by field (equal: statusequal.go);
 	// the cached object's status, decoded from the API server, semantically.
-	if (memo && equal(&prev, &want)) || (!memo && equality.Semantic.DeepEqual(prev, want)) {
+	if (memo && equal(prev, want)) || (!memo && equality.Semantic.DeepEqual(prev, want)) {
 		if !memo {
-			a.applied.statusDone(kind, uid, want)
+			a.applied.statusDone(kind, uid, copyOf(want))
 		}
 		return want, false
 	}
 	return want, true
+}
+
+// copyOf is a copy of *s (sharing its slices, which nothing changes).
+func copyOf[S any](s *S) *S {
+	c := *s
+	return &c
 }
 
 // patchStatus writes want as the status of obj and says whether it wrote. Its deletion
@@ -178,7 +186,7 @@ func changedStatus[T any, PT interface {
 func patchStatus[T any, PT interface {
 	*T
 	client.Object
-}, S any](ctx context.Context, a *tenantApplier, kind string, obj PT, want S) (bool, error) {
+}, S any](ctx context.Context, a *tenantApplier, kind string, obj PT, want *S) (bool, error) {
 	uid := obj.GetUID()
 	raw, err := json.Marshal([]map[string]any{
 		// The very object the status was made for, not one created again by the same name.
@@ -204,7 +212,7 @@ func patchStatus[T any, PT interface {
 	if a.metrics != nil {
 		a.metrics.StatusWrites.WithLabelValues(kind).Inc()
 	}
-	a.applied.statusDone(kind, uid, want)
+	a.applied.statusDone(kind, uid, copyOf(want))
 	return true, nil
 }
 
@@ -216,14 +224,14 @@ func isUIDTestFailure(err error) bool {
 		strings.Contains(se.Status().Message, "/metadata/uid")
 }
 
-// keepTransitions returns want with the LastTransitionTime of every condition whose status
+// keepTransitions returns want, or a copy, with the LastTransitionTime of every condition whose status
 // prev's condition of the same type has, and the others' to the second.
-func keepTransitions[S any](want S, conds func(*S) *[]metav1.Condition, prev S) S {
-	wc := *conds(&want)
+func keepTransitions[S any](want *S, conds func(*S) *[]metav1.Condition, prev *S) *S {
+	wc := *conds(want)
 	if len(wc) == 0 {
 		return want
 	}
-	pc := *conds(&prev)
+	pc := *conds(prev)
 	time := func(c metav1.Condition) metav1.Time {
 		for _, p := range pc {
 			if p.Type == c.Type && p.Status == c.Status {
@@ -243,12 +251,13 @@ func keepTransitions[S any](want S, conds func(*S) *[]metav1.Condition, prev S) 
 	if same {
 		return want
 	}
-	// A copy: want's conditions may be shared with render's result.
+	// A copy: want is the render's result's.
 	out := make([]metav1.Condition, len(wc))
 	for i, c := range wc {
 		c.LastTransitionTime = time(c)
 		out[i] = c
 	}
-	*conds(&want) = out
-	return want
+	kept := copyOf(want)
+	*conds(kept) = out
+	return kept
 }
