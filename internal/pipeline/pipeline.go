@@ -118,8 +118,9 @@ type Runner struct {
 	gwMemo     translate.Memo      // the one-Gateway translation's
 	rendered   *render.Result      // the last applied render
 	anchors    *trustanchor.Result // the last TrustAnchor projection (standalone: status only)
-	// probePools keeps the probe targets' parsed CA bundles from one run to the next (r.mu).
-	probePools render.Pools
+	// targets makes the probe targets anew only when what they are made of changed, and
+	// keeps their parsed CA bundles from one run to the next (r.mu).
+	targets render.TargetCache
 	// verdicts makes the probes' verdicts into the render's, the same map while none
 	// changed (r.mu).
 	verdicts   render.VerdictCache
@@ -346,7 +347,9 @@ func (r *Runner) run(res *resources.Resources) error {
 	r.generation = opts.Generation
 	r.rendered, r.anchors, r.last, r.translated = rendered, anchors, input, res
 	if r.cfg.Probes != nil && rendered != nil {
-		r.cfg.Probes.Set(render.ProbeTargets(res, rendered, anchors.Bundles(), &r.probePools))
+		if targets, changed := r.targets.Of(res, rendered, anchors.Bundles()); changed {
+			r.cfg.Probes.Set(targets)
+		}
 	}
 	routes := snap.RouteHostnames()
 	r.cfg.Metrics.Generation.Set(float64(r.generation))
@@ -375,7 +378,9 @@ func (r *Runner) statusOnly(input, merged *resources.Resources, rendered *render
 		render.Complete(rendered, st.Status, r.cfg.Translate.Now)
 		observe(r.stages.complete, start)
 		if r.cfg.Probes != nil {
-			r.cfg.Probes.Set(render.ProbeTargets(merged, rendered, anchors.Bundles(), &r.probePools))
+			if targets, changed := r.targets.Of(merged, rendered, anchors.Bundles()); changed {
+				r.cfg.Probes.Set(targets)
+			}
 		}
 	}
 	r.rendered, r.anchors, r.last = rendered, anchors, input

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -47,6 +49,7 @@ func BenchmarkRunChange(b *testing.B) {
 					Endpoints: []probe.EndpointResult{{Address: "10.0.0.1:6379", Result: probe.Result{Reason: v1alpha1.ReasonVerified}}}}
 			}
 			var cache render.VerdictCache
+			base := liveHeap()
 			r, err := New(Config{Render: true, Cluster: true, RenderOptions: render.Options{CertManager: true}, Translate: translate.Options{Now: now},
 				RenderInputs: func(o *render.Options) { o.Probes = cache.Of(verdicts) },
 				Apply:        func(*snapshot.Snapshot) error { return nil }, Logger: slog.New(slog.DiscardHandler)})
@@ -64,6 +67,20 @@ func BenchmarkRunChange(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			// What the runner keeps from one change to the next (its memos, the last render,
+			// the serving snapshot), beyond the input: the controller's live heap is this, the
+			// cache's objects, and the tenant applier's and status writer's records.
+			b.StopTimer()
+			b.ReportMetric(float64(liveHeap()-base)/(1<<20), "state-MiB")
+			runtime.KeepAlive(r)
 		})
 	}
+}
+
+// liveHeap is the heap's live bytes after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
 }
