@@ -96,6 +96,7 @@ func runController(args []string) error {
 	}
 	m := metrics.New()
 	lg.metrics(m)
+	defer collectWhenIdle()()
 	var p *proxy.Proxy
 	var apply func(*snapshot.Snapshot) error
 	if *serveProxy {

@@ -12,6 +12,12 @@
 // a heap of 100 000 routes as five times that heap; a headroom costs at most itself. Go has
 // no setting for a minimum heap goal (its own is 4 MiB × GOGC/100), and no well-kept library
 // does this with today's runtime/metrics, hence this small one.
+//
+// It also moves collections out of a burst of work into the quiet after it (idle.go), for
+// a process that works in bursts over a large live heap, a controller's changes:
+//
+//	stop := gcpace.CollectWhenIdle(gcpace.IdleConfig{})
+//	defer stop()
 package gcpace
 
 import (
