@@ -27,6 +27,12 @@
 //     status. The routing table in State is described only when State is read: at 100 000
 //     routes the description alone takes about 100 ms, too much for every change.
 //
+// Each run observes how long its stages took in snigate_pipeline_stage_seconds{stage}:
+// render, translate, complete (render.Complete: the tenant objects' status from
+// translate's) and dataplane (Config.Apply, when set); a run whose translate input is the
+// serving one's (only statuses follow) observes render and complete alone. The cluster's
+// tenant applier observes its own pass as tenant_apply.
+//
 // Run is safe to call from several goroutines; calls are serialised. State never waits for a
 // Run in progress.
 package pipeline

@@ -224,8 +224,8 @@ func isUIDTestFailure(err error) bool {
 		strings.Contains(se.Status().Message, "/metadata/uid")
 }
 
-// keepTransitions returns want, or a copy, with the LastTransitionTime of every condition whose status
-// prev's condition of the same type has, and the others' to the second.
+// keepTransitions returns want, or a copy, with the LastTransitionTime of every condition
+// whose status prev's condition of the same type has, and the others' to the second.
 func keepTransitions[S any](want *S, conds func(*S) *[]metav1.Condition, prev *S) *S {
 	wc := *conds(want)
 	if len(wc) == 0 {
