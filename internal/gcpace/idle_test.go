@@ -15,7 +15,7 @@ const mib = 1 << 20
 // (runway 200 MiB, earliest trigger 340 MiB).
 func TestWatch(t *testing.T) {
 	at := func(allocs, heap uint64) reading {
-		return reading{allocs: allocs * mib, heap: heap * mib, live: 200 * mib, goal: 400 * mib}
+		return reading{allocs: allocs * mib, heap: heap * mib, live: 200 * mib, goal: 400 * mib, gogc: 100}
 	}
 	type tick struct {
 		r       reading
@@ -91,6 +91,34 @@ func TestWatch(t *testing.T) {
 			if w.step(r) {
 				t.Fatalf("quiet tick %d: collected with the collector off", i)
 			}
+		}
+	})
+	t.Run("a memory limit sets the goal", func(t *testing.T) {
+		// Live 200 MiB under a limit that puts the goal at 300 (GOGC's would be 400): the
+		// burst crosses the trigger (270) however the heap is collected before it.
+		w := newWatch(IdleConfig{})
+		limited := func(allocs, heap uint64) reading {
+			r := at(allocs, heap)
+			r.goal = 300 * mib
+			return r
+		}
+		for i, r := range []reading{limited(0, 200), limited(90, 290)} {
+			if w.step(r) {
+				t.Fatalf("tick %d: collected", i)
+			}
+		}
+		for i := range 10 {
+			if w.step(limited(90, 290)) {
+				t.Fatalf("quiet tick %d: collected under the limit's goal", i)
+			}
+		}
+		// The same burst with GOGC's goal collects (the case above, unlimited).
+		if r := at(0, 290); r.limited() {
+			t.Fatal("GOGC's own goal taken for a limit's")
+		}
+		// A raised GOGC (gcpace.Start over a small heap) is GOGC's goal, not a limit's.
+		if r := (reading{live: 10 * mib, goal: 74 * mib, gogc: 640}); r.limited() {
+			t.Fatal("a goal of GOGC=640 taken for a limit's")
 		}
 	})
 	t.Run("the last Bursts bursts only", func(t *testing.T) {
