@@ -18,9 +18,10 @@ import (
 const dataplaneUsage = `Usage: snigate dataplane --gateway NAMESPACE/NAME [flags]
 
 The data plane of one Gateway, as "snigate controller --provision" deploys it (one Deployment
-per Gateway, see config/README.md). It watches the API server read-only, translates like the
-controller does and serves that Gateway's routing table. It writes nothing: no status, no
-leader election. While the API server is unreachable it keeps serving its last snapshot; when
+per Gateway, see config/README.md). It watches the API server read-only, translates that
+Gateway like the controller does and serves its routing table. It writes nothing: no status,
+no leader election; its admin status and condition metrics cover its Gateway and what
+attaches to it. While the API server is unreachable it keeps serving its last snapshot; when
 it returns, changes are picked up within a second (direct reads while the watches reconnect).
 
 Flags:

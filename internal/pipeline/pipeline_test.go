@@ -215,6 +215,37 @@ func TestRunOneGateway(t *testing.T) {
 	}
 }
 
+// TestRunOneGatewayStatusOnly: a data plane's runner (GatewayStatusOnly) translates its
+// Gateway alone: the same snapshot as TestRunOneGateway's, and a status, in State as in
+// Publish, of that Gateway and of the route's parent on it, nothing of the other Gateway.
+func TestRunOneGatewayStatusOnly(t *testing.T) {
+	rec := &recorder{}
+	r, err := New(Config{Apply: rec.apply, Publish: rec.publish, Gateway: "apps/edge", GatewayStatusOnly: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second run goes through the memo
+		if err := r.Run(decode(t, twoGateways)); err != nil {
+			t.Fatal(err)
+		}
+		snap := rec.applied[len(rec.applied)-1]
+		if len(snap.Ports) != 1 || snap.Port("0.0.0.0:8443") == nil {
+			t.Errorf("snapshot ports %v, want edge's 0.0.0.0:8443 alone", snap.Ports)
+		}
+		st := rec.published[len(rec.published)-1]
+		if st != r.State().Status {
+			t.Errorf("State's status is not the one published")
+		}
+		if len(st.Gateways) != 1 || st.Gateways[0].Name != "edge" {
+			t.Errorf("status of Gateways %+v, want edge's alone", st.Gateways)
+		}
+		if len(st.TLSRoutes) != 1 || len(st.TLSRoutes[0].Status.Parents) != 1 || st.TLSRoutes[0].Status.Parents[0].ParentRef.Name != "edge" {
+			t.Errorf("route status %+v, want its parent edge alone", st.TLSRoutes)
+		}
+	}
+}
+
 // Where the runner renders nothing (a cluster: the tenant controller renders and writes
 // status), State shows the TenantGateways', DatabaseExposures' and TrustAnchors' status as
 // the input carries it.

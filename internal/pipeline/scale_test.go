@@ -6,14 +6,17 @@ import (
 	"maps"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/snigate/snigate/api/v1alpha1"
 	"github.com/snigate/snigate/internal/probe"
 	"github.com/snigate/snigate/internal/render"
+	"github.com/snigate/snigate/internal/resources"
 	"github.com/snigate/snigate/internal/snapshot"
 	"github.com/snigate/snigate/internal/testutil/platform"
 	"github.com/snigate/snigate/internal/translate"
@@ -73,6 +76,51 @@ func BenchmarkRunChange(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(liveHeap()-base)/(1<<20), "state-MiB")
 			runtime.KeepAlive(r)
+		})
+	}
+}
+
+// BenchmarkDataPlaneChange is what one new route costs a provisioned data plane of the
+// shared Gateway (bench/cpscale's 1 000 tenants × 10, as the data plane watches them: the
+// rendered ListenerSets and TLSRoutes, no tenant objects): translated for that Gateway
+// alone (GatewayStatusOnly, as `snigate dataplane` runs), and, before it, translated a
+// second time for the status of every Gateway, which a data plane never writes.
+func BenchmarkDataPlaneChange(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		only bool
+	}{{"gateway-only", true}, {"with-every-status", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			res := platform.Build(1000, 10, true)
+			res = render.Render(res, render.Options{Now: now}).Merge(res)
+			res.TenantGateways, res.DatabaseExposures, res.TrustAnchors = nil, nil, nil
+			platform.Sort(res)
+			r, err := New(Config{Gateway: "platform/shared", GatewayStatusOnly: c.only, Translate: translate.Options{Now: now},
+				Apply: func(*snapshot.Snapshot) error { return nil }, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := r.Run(res); err != nil {
+				b.Fatal(err)
+			}
+			routes := r.State().Status.TLSRoutes
+			i := 0
+			for b.Loop() {
+				tr := res.TLSRoutes[0].DeepCopy()
+				tr.Name, tr.UID = fmt.Sprintf("new-%d", i), ""
+				tr.Spec.Hostnames = []gwv1.Hostname{gwv1.Hostname(fmt.Sprintf("new-%d.redis.t-0000.example.test", i))}
+				i++
+				more := *res
+				at, _ := slices.BinarySearchFunc(res.TLSRoutes, tr, resources.Compare)
+				more.TLSRoutes = slices.Insert(slices.Clip(res.TLSRoutes), at, tr)
+				res = &more
+				if err := r.Run(res); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if got, want := len(r.State().Status.TLSRoutes), len(routes)+i; got != want {
+				b.Fatalf("%d routes in the status, want %d", got, want)
+			}
 		})
 	}
 }

@@ -13,6 +13,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -43,6 +44,10 @@ func main() {
 	var runs []*report.Results
 	for _, path := range os.Args[1:] {
 		r, err := report.ReadJSON(path)
+		if errors.Is(err, report.ErrNotARun) {
+			fmt.Fprintf(os.Stderr, "pool: %s: %v: left out\n", path, err)
+			continue
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pool: %s: %v\n", path, err)
 			os.Exit(1)

@@ -12,6 +12,7 @@ package main
 
 import (
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -309,6 +310,9 @@ func pooledRuns(dir string, r *report.Results) []*report.Results {
 	have := false
 	for _, f := range files {
 		p, err := report.ReadJSON(f)
+		if errors.Is(err, report.ErrNotARun) {
+			continue // bench/cpscale.sh's runs, kept in the same folder
+		}
 		if err != nil {
 			log.Printf("pooling: %s: %v (left out)", f, err)
 			continue

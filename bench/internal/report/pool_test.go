@@ -1,7 +1,9 @@
 package report
 
 import (
+	"errors"
 	"math"
+	"os"
 	"strings"
 	"testing"
 )
@@ -104,5 +106,33 @@ func TestFloorTarget(t *testing.T) {
 	// Snigate behind three even peers is no draw.
 	if tg = judge(even(80), even(80), even(80)); tg.Met {
 		t.Errorf("behind even peers: %+v", tg)
+	}
+}
+
+// TestReadJSON: a run of bench/run.sh reads back; the control-plane benchmark's results,
+// kept in the same folder, are ErrNotARun, so that no pool counts them as runs.
+func TestReadJSON(t *testing.T) {
+	dir := t.TempDir()
+	run := &Results{Mode: "full", Date: "2026-12-07T19:00:00Z", Rounds: 5}
+	run.Add(TConns, MCPU, "snigate", "µs", 61)
+	if err := run.WriteJSON(dir + "/run.json"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadJSON(dir + "/run.json")
+	if err != nil || got.Date != run.Date || got.Rounds != 5 || len(got.Metrics) != 1 {
+		t.Fatalf("ReadJSON(run) = %+v, %v; want the run back", got, err)
+	}
+	cp := `{"time": "2026-12-07T19:05:00Z", "mode": "full", "commit": "2749e91", "steps": [{"tenants": 1000}]}`
+	if err := os.WriteFile(dir+"/cpscale.json", []byte(cp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadJSON(dir + "/cpscale.json"); !errors.Is(err, ErrNotARun) {
+		t.Fatalf("ReadJSON(cpscale) error = %v, want ErrNotARun", err)
+	}
+	if err := os.WriteFile(dir+"/bad.json", []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadJSON(dir + "/bad.json"); err == nil || errors.Is(err, ErrNotARun) {
+		t.Fatalf("ReadJSON(bad) error = %v, want the decoding error", err)
 	}
 }

@@ -6,6 +6,7 @@ package report
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"slices"
@@ -153,12 +154,24 @@ func (r *Results) WriteJSON(path string) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// ReadJSON reads results written by WriteJSON.
+// ErrNotARun is ReadJSON's answer for a JSON file that is not a run of bench/run.sh: the
+// control-plane benchmark (bench/cpscale.sh) keeps its runs in the same folder,
+// bench/results/runs/, and counted among the data plane's they made "40 rounds of 30 runs"
+// out of eight.
+var ErrNotARun = errors.New("not a bench/run.sh result (no date or rounds)")
+
+// ReadJSON reads results written by WriteJSON; a JSON file of another kind is ErrNotARun.
 func ReadJSON(path string) (*Results, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	r := &Results{}
-	return r, json.Unmarshal(b, r)
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, err
+	}
+	if r.Date == "" || r.Rounds == 0 {
+		return nil, ErrNotARun
+	}
+	return r, nil
 }

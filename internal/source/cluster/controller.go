@@ -129,6 +129,8 @@ type Config struct {
 	LoadBalancerAddresses netip.Prefix
 	// ReadOnly runs no status writer and writes nothing: a provisioned data plane
 	// (`snigate dataplane`), which only watches and serves. LeaderElection is ignored.
+	// With Gateway, it translates that Gateway alone (pipeline.Config.GatewayStatusOnly):
+	// its admin status and condition metrics cover that Gateway and what attaches to it.
 	// Its listeners bind DefaultBindAddress, the Pod's: spec.addresses are its load
 	// balancer's (translate.Options.ProvisionedAddresses).
 	ReadOnly bool
@@ -299,6 +301,8 @@ func New(cfg Config) (*Controller, error) {
 	}
 	pc := pipeline.Config{
 		Apply: cfg.Apply, Metrics: cfg.Metrics, Logger: cfg.Logger, Gateway: cfg.Gateway,
+		// A data plane writes no status: its one Gateway is all it translates.
+		GatewayStatusOnly: cfg.ReadOnly,
 		Translate: translate.Options{
 			ControllerName:      cfg.ControllerName,
 			DefaultBindAddress:  cfg.DefaultBindAddress,
