@@ -54,16 +54,22 @@ type live struct {
 // none.
 type liveOf func(o client.Object) (l live, ok bool, err error)
 
+// rendered reports whether o is what was applied last: the same pointer, or, for what is
+// copied on its way here (a TrustAnchor's Secrets, Roles and RoleBindings get their kind
+// set on a copy), the same content. It reads no cache.
+func (a *applied) rendered(o client.Object) bool {
+	prev, ok := a.objects[keyOf(o)]
+	return ok && (prev.obj == o || equality.Semantic.DeepEqual(prev.obj, o))
+}
+
 // unchanged reports whether o, about to be applied, is what was applied last and the live
 // object is still that; it records the live generation the first time it sees it.
 func (a *applied) unchanged(o client.Object, lv liveOf) (bool, error) {
-	key := keyOf(o)
-	prev, ok := a.objects[key]
-	// The same pointer, or, for what is copied on its way here (a TrustAnchor's Secrets,
-	// Roles and RoleBindings get their kind set on a copy), the same content.
-	if !ok || (prev.obj != o && !equality.Semantic.DeepEqual(prev.obj, o)) {
+	if !a.rendered(o) {
 		return false, nil
 	}
+	key := keyOf(o)
+	prev := a.objects[key]
 	l, ok, err := lv(o)
 	if err != nil || !ok {
 		return false, err // deleted (or not in the cache yet): apply again

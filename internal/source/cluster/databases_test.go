@@ -162,6 +162,26 @@ func TestDatabaseExposureOnRealAPIServer(t *testing.T) {
 		})
 	})
 
+	t.Run("a new release on a listener in use is one apply, its route's", func(t *testing.T) {
+		rendered := "tls-postgres:5432 tls-redis:6379 tcp-legacy:13306 service[80,5432,6379,13306] | " +
+			"TCPRoute legacy by DatabaseExposure/legacy, " +
+			"TLSRoute billing [billing.postgres.acme.example.test billing.acme.example.test] by DatabaseExposure/billing, " +
+			"TLSRoute cache [cache.redis.acme.example.test cache.acme.example.test] by DatabaseExposure/cache, "
+		orders := "TLSRoute orders [orders.postgres.acme.example.test orders.acme.example.test] by DatabaseExposure/orders"
+		before := settledApplies(t, c)
+		create(dbx("ledger", v1alpha1.EnginePostgres, 5432))
+		expect(t, "ledger's route", rendered+"TLSRoute ledger [ledger.postgres.acme.example.test ledger.acme.example.test] by DatabaseExposure/ledger, "+orders)
+		// One apply, the route's: the start of a pass (applyNew) takes only what the render
+		// made anew, not the routes applied before, and the sweep after it leaves it alone.
+		if n := settledApplies(t, c) - before; n != 1 {
+			t.Errorf("%d server-side applies for one new exposure, want 1 (its route)", n)
+		}
+		if err := cl.Delete(ctx, &v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "ledger"}}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "ledger gone", rendered+orders)
+	})
+
 	t.Run("deleting one release removes only its route; the last one takes the listener", func(t *testing.T) {
 		if err := cl.Delete(ctx, &v1alpha1.DatabaseExposure{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "orders"}}); err != nil {
 			t.Fatal(err)
@@ -257,4 +277,21 @@ func TestDatabaseExposureCertificateNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubetest.Eventually(t, 30*time.Second, "only the added names taken off", names("orders.acme.svc", ""))
+}
+
+// settledApplies waits until the tenant applier's count of server-side applies has not
+// moved for two seconds (every pass of the last change done) and returns it.
+func settledApplies(t *testing.T, c *Controller) int64 {
+	t.Helper()
+	last := c.tenants.applies.Load()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(2 * time.Second)
+		n := c.tenants.applies.Load()
+		if n == last {
+			return n
+		}
+		last = n
+	}
+	t.Fatalf("the applier's applies never settled (%d)", last)
+	return 0
 }
