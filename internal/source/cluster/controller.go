@@ -387,6 +387,7 @@ func New(cfg Config) (*Controller, error) {
 		certManager := err == nil
 		c.verdicts = make(chan event.GenericEvent, 1)
 		c.tenants = newTenantApplier(mgr.GetClient(), mgr.GetCache(), certManager, cfg.Metrics, cfg.Logger.With("component", "tenants"), c.verdictChanged)
+		c.tenants.newFirst = cfg.Provision != nil
 		b = b.WatchesRawSource(source.Channel(c.verdicts, all))
 		// The controller renders the TenantGateways itself and serves what they render
 		// (pipeline.Config.Render); the tenant applier applies the same render.
