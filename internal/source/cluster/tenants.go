@@ -244,11 +244,11 @@ func (a *tenantApplier) apply(ctx context.Context, in *tenantInput) error {
 
 // applyNew applies, at the start of a pass, the rendered objects this applier has not
 // applied yet (a new exposure's route, an edited one's), when newFirst: with provisioned
-// data planes that write is what serves a change, and the rest of the pass (the TrustAnchors' render, every
-// object checked against the cache, the namespaces' labels) took 40 % of a pass at 10 000
-// exposures (bench/cpscale --provision, the controller's CPU profile) before it. Gateways
-// and ListenerSets go first, so that no route is seen without its parent. It returns the
-// objects it tried, which the rest of the pass leaves alone.
+// data planes that write is what serves a change, and the rest of the pass (the
+// TrustAnchors' render, every object checked against the cache, the namespaces' labels)
+// took 40 % of a pass at 10 000 exposures (bench/cpscale --provision, the controller's CPU
+// profile) before it. Gateways and ListenerSets go first, so that no route is seen without
+// its parent. It returns the objects it tried, which the rest of the pass leaves alone.
 func (a *tenantApplier) applyNew(ctx context.Context, objs []client.Object) (map[objectKey]bool, []error) {
 	var parents, rest []client.Object
 	for _, o := range objs {
